@@ -1,0 +1,59 @@
+/* check.h - the one test helper: CHECK records a failed condition, RUN runs a test
+ * function and prints "ok - name" or "not ok - name" (scripts/run-tests.sh counts
+ * these lines). A test binary's exit status is 1 if any test failed. Header-only. */
+#ifndef MRC_TEST_CHECK_H
+#define MRC_TEST_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_failures;      /* failed CHECKs in the running test */
+static int check_tests_failed;  /* tests with at least one failed CHECK */
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,   \
+                    #cond);                                                    \
+            check_failures++;                                                  \
+        }                                                                      \
+    } while (0)
+
+/* CHECK with a formatted explanation, for values worth printing. */
+#define CHECKF(cond, ...)                                                      \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__,   \
+                    #cond);                                                    \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+            check_failures++;                                                  \
+        }                                                                      \
+    } while (0)
+
+static inline void check_run(const char *name, void (*fn)(void))
+{
+    check_failures = 0;
+    fn();
+    fflush(stderr);
+    if (check_failures) {
+        check_tests_failed++;
+        printf("not ok - %s\n", name);
+    } else {
+        printf("ok - %s\n", name);
+    }
+    fflush(stdout);
+}
+
+/* A test that cannot run here says so; it counts as skipped, never as passed. */
+static inline void check_skip(const char *name, const char *why)
+{
+    printf("ok - %s # SKIP %s\n", name, why);
+    fflush(stdout);
+}
+
+#define RUN(fn) check_run(#fn, fn)
+#define CHECK_EXIT() return check_tests_failed ? 1 : 0
+
+#endif
