@@ -1,0 +1,673 @@
+/* test_itree.c - the interval tree against a brute-force model with fixed seeds:
+ * random insert/remove/query mixes over adversarial range shapes (nested, equal starts,
+ * duplicates, touching, top of the address space, single points), every query's full
+ * result set and order compared, mrc_itree_check after every batch; and tests that
+ * the checker itself fails on corrupted trees. "--bench" times insert/remove/lookup. */
+#include "core/itree.h"
+#include "check.h"
+
+#include <stdint.h>
+#include <time.h>
+
+/* Random operations in test_random_vs_model: cheap enough (about 0.3 s, 1 s under
+ * TSan) to run in full in every build; -D to soak for longer. */
+#ifndef ITREE_TEST_OPS
+#define ITREE_TEST_OPS 1000000
+#endif
+
+#define MAX64 UINT64_MAX
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t seed)
+{
+    rng_state = seed;
+}
+
+/* splitmix64: tiny, full 64-bit output, fixed sequence per seed. */
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rnd_below(uint64_t n)
+{
+    return rnd() % n;
+}
+
+/* ---- the model: a pool of nodes, a dense list of the live ones ---- */
+
+#define POOL 2048
+
+struct tnode {
+    struct mrc_itree_node n;    /* first, so a tree node converts back */
+    uint64_t seq;               /* insertion number: equal starts iterate in this order */
+    unsigned stamp;             /* last query that returned it: catches duplicates */
+    int live_pos;               /* index in live[], -1 when not in the tree */
+};
+
+static struct tnode pool[POOL];
+static int live[POOL];
+static int live_n;
+static int free_list[POOL];
+static int free_n;
+static uint64_t insert_seq;
+static unsigned query_stamp;
+static struct mrc_itree tree;
+
+static void model_reset(void)
+{
+    mrc_itree_init(&tree);
+    memset(pool, 0, sizeof(pool));
+    live_n = 0;
+    free_n = 0;
+    for (int i = POOL - 1; i >= 0; i--) {
+        pool[i].live_pos = -1;
+        free_list[free_n++] = i;
+    }
+    insert_seq = 0;
+    query_stamp = 0;
+}
+
+static struct tnode *tnode_of(struct mrc_itree_node *n)
+{
+    return (struct tnode *)n;
+}
+
+static void model_insert(uint64_t start, uint64_t last)
+{
+    int i = free_list[--free_n];
+    struct tnode *tn = &pool[i];
+
+    tn->n.start = start;
+    tn->n.last = last;
+    tn->seq = ++insert_seq;
+    tn->live_pos = live_n;
+    live[live_n++] = i;
+    mrc_itree_insert(&tree, &tn->n);
+}
+
+static void model_forget(struct tnode *tn)
+{
+    int pos = tn->live_pos;
+    int moved = live[--live_n];
+
+    live[pos] = moved;
+    pool[moved].live_pos = pos;
+    tn->live_pos = -1;
+    free_list[free_n++] = (int)(tn - pool);
+}
+
+static void model_remove(struct tnode *tn)
+{
+    mrc_itree_remove(&tree, &tn->n);
+    model_forget(tn);
+}
+
+static int overlaps(const struct mrc_itree_node *n, uint64_t start, uint64_t last)
+{
+    return n->start <= last && start <= n->last;
+}
+
+/* Runs [start, last] on the tree and on the model; CHECKs that both return the same
+ * set, that the tree returns each node once in (start, insertion) order. Returns the
+ * number of matches. */
+static int compare_query(uint64_t start, uint64_t last)
+{
+    unsigned stamp = ++query_stamp;
+    int got = 0, want = 0, bad = 0;
+    const struct tnode *prev = NULL;
+
+    for (struct mrc_itree_node *n = mrc_itree_iter_first(&tree, start, last); n;
+         n = mrc_itree_iter_next(n, start, last)) {
+        struct tnode *tn = tnode_of(n);
+
+        if (tn < pool || tn >= pool + POOL || tn->live_pos < 0 || tn->stamp == stamp ||
+            !overlaps(n, start, last)) {
+            bad++;
+            break;              /* a foreign or repeated node: the walk may loop */
+        }
+        if (prev && (prev->n.start > n->start ||
+                     (prev->n.start == n->start && prev->seq > tn->seq)))
+            bad++;
+        tn->stamp = stamp;
+        prev = tn;
+        got++;
+    }
+    for (int i = 0; i < live_n; i++) {
+        const struct tnode *tn = &pool[live[i]];
+
+        if (overlaps(&tn->n, start, last)) {
+            want++;
+            if (tn->stamp != stamp)
+                bad++;
+        }
+    }
+    CHECKF(!bad && got == want, "query [%#jx, %#jx]: tree %d nodes, model %d, %d bad",
+           (uintmax_t)start, (uintmax_t)last, got, want, bad);
+    return want;
+}
+
+/* ---- adversarial range shapes ---- */
+
+enum shape {
+    SHAPE_TINY,         /* [0, 64): equal starts, duplicates, nesting, touching */
+    SHAPE_POINT,        /* start == last */
+    SHAPE_TOP,          /* at or near UINT64_MAX */
+    SHAPE_NESTED,       /* concentric shells around one centre */
+    SHAPE_HUGE,         /* [0, x], [x, MAX], [0, MAX] */
+    SHAPE_RANDOM,       /* anywhere in 64 bits */
+    SHAPE_PAGES,        /* page-aligned, touching neighbours */
+    SHAPE_TOUCH,        /* adjacent to a live node */
+    SHAPE_DUP,          /* a copy of a live node */
+    SHAPE_COUNT
+};
+
+static void gen_range(unsigned mask, uint64_t *start, uint64_t *last)
+{
+    enum shape s;
+    uint64_t a, b;
+
+    do
+        s = (enum shape)rnd_below(SHAPE_COUNT);
+    while (!(mask & (1u << s)));
+    if ((s == SHAPE_TOUCH || s == SHAPE_DUP) && live_n == 0)
+        s = SHAPE_TINY;
+
+    switch (s) {
+    case SHAPE_TINY:
+        a = rnd_below(48);
+        b = a + rnd_below(16);
+        break;
+    case SHAPE_POINT:
+        a = b = rnd_below(4) ? rnd_below(64) : rnd();
+        if (rnd_below(8) == 0)
+            a = b = rnd_below(2) ? MAX64 : 0;
+        break;
+    case SHAPE_TOP:
+        a = MAX64 - rnd_below(40);
+        b = rnd_below(2) ? MAX64 : a + rnd_below(MAX64 - a + 1);
+        break;
+    case SHAPE_NESTED: {
+        uint64_t k = rnd_below(32), c = 1ULL << 40;
+
+        a = c - k * 4096;
+        b = c + k * 4096 + 4095;
+        break;
+    }
+    case SHAPE_HUGE:
+        switch (rnd_below(3)) {
+        case 0:  a = 0; b = MAX64; break;
+        case 1:  a = 0; b = rnd(); break;
+        default: a = rnd(); b = MAX64; break;
+        }
+        break;
+    case SHAPE_RANDOM:
+        a = rnd();
+        b = rnd();
+        if (a > b) {
+            uint64_t t = a;
+            a = b;
+            b = t;
+        }
+        break;
+    case SHAPE_PAGES:
+        a = 0x7f0000000000ULL + rnd_below(256) * 4096;
+        b = a + (1 + rnd_below(8)) * 4096 - 1;
+        break;
+    case SHAPE_TOUCH: {
+        const struct tnode *tn = &pool[live[rnd_below((uint64_t)live_n)]];
+
+        if (tn->n.last != MAX64 && (tn->n.start == 0 || rnd_below(2))) {
+            a = tn->n.last + 1;
+            b = a + rnd_below(4096);
+            if (b < a)
+                b = MAX64;
+        } else if (tn->n.start != 0) {
+            b = tn->n.start - 1;
+            a = b - (b < 4096 ? b : rnd_below(4096));
+        } else {
+            a = 0;                      /* [0, MAX] touches nothing: duplicate it */
+            b = MAX64;
+        }
+        break;
+    }
+    case SHAPE_DUP:
+    default: {
+        const struct tnode *tn = &pool[live[rnd_below((uint64_t)live_n)]];
+
+        a = tn->n.start;
+        b = tn->n.last;
+        break;
+    }
+    }
+    *start = a;
+    *last = b;
+}
+
+/* A query range: mostly points and ranges of the same shapes, plus the whole space,
+ * the extremes, and points just around a live node's ends. */
+static void gen_query(unsigned mask, uint64_t *start, uint64_t *last)
+{
+    switch (rnd_below(8)) {
+    case 0:
+        *start = 0;
+        *last = MAX64;
+        return;
+    case 1:
+        *start = *last = rnd_below(2) ? MAX64 : 0;
+        return;
+    case 2:
+    case 3:
+        if (live_n) {
+            const struct tnode *tn = &pool[live[rnd_below((uint64_t)live_n)]];
+            uint64_t p;
+
+            switch (rnd_below(4)) {
+            case 0:  p = tn->n.start; break;
+            case 1:  p = tn->n.last; break;
+            case 2:  p = tn->n.start - 1; break;    /* wraps at 0: fine, a point */
+            default: p = tn->n.last + 1; break;
+            }
+            *start = *last = p;
+            return;
+        }
+        /* fall through */
+    default:
+        gen_range(mask, start, last);
+        if (rnd_below(3) == 0)
+            *last = *start;             /* a single point of that shape */
+        return;
+    }
+}
+
+/* Removes every node overlapping [start, last] while walking, fetching the next node
+ * before removing the current one (the documented pattern); CHECKs the removed set. */
+static void remove_matching(uint64_t start, uint64_t last)
+{
+    int want = 0, got = 0, bad = 0;
+
+    for (int i = 0; i < live_n; i++)
+        want += overlaps(&pool[live[i]].n, start, last);
+    struct mrc_itree_node *n = mrc_itree_iter_first(&tree, start, last);
+    while (n) {
+        struct mrc_itree_node *next = mrc_itree_iter_next(n, start, last);
+        struct tnode *tn = tnode_of(n);
+
+        if (tn->live_pos < 0 || !overlaps(n, start, last) || got > want) {
+            bad++;
+            break;
+        }
+        model_remove(tn);
+        got++;
+        n = next;
+    }
+    CHECKF(!bad && got == want, "remove-while-iterating [%#jx, %#jx]: removed %d of %d, %d bad",
+           (uintmax_t)start, (uintmax_t)last, got, want, bad);
+}
+
+static int tree_consistent(void)
+{
+    int ok = mrc_itree_check(&tree) == 0 && tree.count == (size_t)live_n;
+
+    CHECKF(ok, "tree invariants or count (%zu, model %d) broken", tree.count, live_n);
+    return ok;
+}
+
+/* The main test: ITREE_TEST_OPS random operations in phases; each phase draws a size
+ * target and a subset of shapes, so the tree repeatedly grows, shrinks and empties
+ * with one kind of adversarial content at a time and with mixtures. */
+static void test_random_vs_model(void)
+{
+    const long ops = ITREE_TEST_OPS;
+    const unsigned all = (1u << SHAPE_COUNT) - 1;
+    long done = 0, queries = 0, matches = 0;
+
+    rng_seed(0x6d72636163686531ULL);
+    model_reset();
+    while (done < ops && check_failures == 0) {
+        unsigned mask = rnd_below(3) ? (unsigned)rnd_below(all) + 1 : all;
+        int target = (int)(1 + rnd_below(rnd_below(4) ? 256 : POOL - 64));
+        long phase_ops = 2000 + (long)rnd_below(30000);
+
+        for (long i = 0; i < phase_ops && done < ops; i++, done++) {
+            uint64_t r = rnd_below(100), s, l;
+
+            if (r < 40) {
+                gen_query(mask, &s, &l);
+                matches += compare_query(s, l);
+                queries++;
+            } else if (r < 41) {
+                gen_query(mask, &s, &l);
+                remove_matching(s, l);
+            } else if (live_n < target ? r < 80 : r < 55) {
+                if (free_n == 0)
+                    continue;
+                gen_range(mask, &s, &l);
+                model_insert(s, l);
+            } else if (live_n > 0) {
+                model_remove(&pool[live[rnd_below((uint64_t)live_n)]]);
+            }
+            if ((done & 255) == 255 && !tree_consistent())
+                return;
+        }
+        /* Drain some phases completely so the empty tree and regrowth are covered. */
+        if (rnd_below(8) == 0)
+            while (live_n > 0)
+                model_remove(&pool[live[rnd_below((uint64_t)live_n)]]);
+        if (!tree_consistent())
+            return;
+    }
+    CHECK(done == ops);
+    printf("# %ld ops, %ld queries, %ld matches compared\n", done, queries, matches);
+}
+
+/* Monotonic and identical keys are the classic rebalancing stressors; check often
+ * so a transient violation cannot hide between batches. */
+enum { SEQ_N = 1500 };
+
+static void seq_range(int pattern, uint64_t i, uint64_t *s, uint64_t *l)
+{
+    switch (pattern) {
+    case 0:  *s = 2 * i; *l = *s + i % 5; break;                /* ascending */
+    case 1:  *s = 2 * (SEQ_N - i); *l = *s + i % 5; break;      /* descending */
+    case 2:  *s = 7; *l = 7; break;                             /* pure duplicates */
+    case 3:  *s = 7; *l = 7 + i; break;                         /* equal starts */
+    case 4:  *s = MAX64 - i; *l = MAX64; break;                 /* top, descending */
+    default: *s = i; *l = MAX64 - i; break;                     /* nested shells */
+    }
+}
+
+static void test_sequential_and_equal(void)
+{
+    for (int pattern = 0; pattern < 6; pattern++) {
+        model_reset();
+        for (uint64_t i = 0; i < SEQ_N; i++) {
+            uint64_t s, l;
+
+            seq_range(pattern, i, &s, &l);
+            model_insert(s, l);
+            if ((i & 15) == 0 && !tree_consistent())
+                return;
+        }
+        compare_query(0, MAX64);
+        compare_query(7, 7);
+        compare_query(SEQ_N, SEQ_N);
+        compare_query(MAX64, MAX64);
+        /* Remove front to back, back to front, or from the middle of the live list. */
+        while (live_n > 0) {
+            struct mrc_itree_node *n = mrc_itree_iter_first(&tree, 0, MAX64);
+
+            if (pattern % 3 == 1) {
+                for (struct mrc_itree_node *m = n; m; m = mrc_itree_iter_next(m, 0, MAX64))
+                    n = m;
+            } else if (pattern % 3 == 2) {
+                n = &pool[live[live_n / 2]].n;
+            }
+            model_remove(tnode_of(n));
+            if ((live_n & 15) == 0 && !tree_consistent())
+                return;
+        }
+        CHECK(tree.root == NULL && tree.count == 0);
+    }
+}
+
+/* Exact expected answers at the top of the address space, where an exclusive end
+ * would overflow. */
+static void test_top_of_address_space(void)
+{
+    struct mrc_itree t;
+    struct mrc_itree_node a = { .start = MAX64, .last = MAX64 };
+    struct mrc_itree_node b = { .start = MAX64 - 1, .last = MAX64 };
+    struct mrc_itree_node c = { .start = 0, .last = MAX64 };
+    struct mrc_itree_node d = { .start = MAX64 - 4096, .last = MAX64 - 2 };
+    struct mrc_itree_node *n;
+
+    mrc_itree_init(&t);
+    mrc_itree_insert(&t, &a);
+    mrc_itree_insert(&t, &b);
+    mrc_itree_insert(&t, &c);
+    mrc_itree_insert(&t, &d);
+    CHECK(mrc_itree_check(&t) == 0);
+
+    n = mrc_itree_iter_first(&t, MAX64, MAX64);
+    CHECK(n == &c);
+    n = n ? mrc_itree_iter_next(n, MAX64, MAX64) : NULL;
+    CHECK(n == &b);
+    n = n ? mrc_itree_iter_next(n, MAX64, MAX64) : NULL;
+    CHECK(n == &a);
+    CHECK(!n || mrc_itree_iter_next(n, MAX64, MAX64) == NULL);
+
+    n = mrc_itree_iter_first(&t, MAX64 - 2, MAX64 - 2);
+    CHECK(n == &c);
+    n = n ? mrc_itree_iter_next(n, MAX64 - 2, MAX64 - 2) : NULL;
+    CHECK(n == &d);
+    CHECK(!n || mrc_itree_iter_next(n, MAX64 - 2, MAX64 - 2) == NULL);
+
+    mrc_itree_remove(&t, &c);
+    CHECK(mrc_itree_iter_first(&t, 0, MAX64 - 4097) == NULL);
+    CHECK(mrc_itree_iter_first(&t, MAX64 - 1, MAX64) == &b);
+    CHECK(mrc_itree_check(&t) == 0 && t.count == 3);
+}
+
+static void test_empty_and_reversed(void)
+{
+    struct mrc_itree t;
+    struct mrc_itree_node a = { .start = 10, .last = 20 };
+
+    mrc_itree_init(&t);
+    CHECK(mrc_itree_check(&t) == 0);
+    CHECK(mrc_itree_iter_first(&t, 0, MAX64) == NULL);
+    mrc_itree_insert(&t, &a);
+    CHECK(mrc_itree_iter_first(&t, 15, 15) == &a);
+    CHECK(mrc_itree_iter_first(&t, 21, MAX64) == NULL);
+    CHECK(mrc_itree_iter_first(&t, 0, 9) == NULL);
+    /* start > last is an empty query, even though [20, 10] "touches" a's inside. */
+    CHECK(mrc_itree_iter_first(&t, 20, 10) == NULL);
+    CHECK(mrc_itree_iter_next(&a, 20, 10) == NULL);
+    mrc_itree_remove(&t, &a);
+    CHECK(t.root == NULL && t.count == 0 && mrc_itree_check(&t) == 0);
+}
+
+/* Builds a valid random tree in the pool; the caller corrupts it. */
+static void build_sample_tree(void)
+{
+    rng_seed(42);
+    model_reset();
+    for (int i = 0; i < 200; i++) {
+        uint64_t s = rnd_below(1000);
+
+        model_insert(s, s + rnd_below(100));
+    }
+}
+
+static struct mrc_itree_node *find_node(int want_red, int want_children)
+{
+    for (int i = 0; i < live_n; i++) {
+        struct mrc_itree_node *n = &pool[live[i]].n;
+        int red = !(n->parent_color & 1);
+        int kids = (n->left != NULL) + (n->right != NULL);
+
+        if ((want_red < 0 || red == want_red) && kids >= want_children && n != tree.root)
+            return n;
+    }
+    return NULL;
+}
+
+/* The checker guards every other test, so it must itself be able to fail: each
+ * deliberate corruption must be reported, and undoing it must make the tree pass. */
+static void test_checker_detects_corruption(void)
+{
+    struct mrc_itree_node *n;
+    uint64_t saved;
+    uintptr_t saved_pc;
+
+    build_sample_tree();
+    CHECK(mrc_itree_check(&tree) == 0);
+    fprintf(stderr, "# test_checker_detects_corruption: complaints below are expected\n");
+
+    n = find_node(-1, 2);
+    CHECK(n != NULL);
+    if (!n)
+        return;
+
+    saved = n->subtree_last;                    /* augmented value */
+    n->subtree_last = saved + 1;
+    CHECK(mrc_itree_check(&tree) == -1);
+    n->subtree_last = saved;
+
+    saved = n->start;                           /* BST order, start <= last kept */
+    n->start = n->left->start > 0 ? n->left->start - 1 : n->right->start + 1;
+    if (n->start > n->last)
+        n->start = n->left->start - 1;          /* underflows only if both fail */
+    CHECK(mrc_itree_check(&tree) == -1);
+    n->start = saved;
+
+    saved = n->last;                            /* start > last */
+    n->last = n->start - 1;
+    CHECK(mrc_itree_check(&tree) == -1);
+    n->last = saved;
+
+    saved_pc = n->parent_color;                 /* colour: flipping any node breaks */
+    n->parent_color ^= 1;                       /* red-red and/or black height */
+    CHECK(mrc_itree_check(&tree) == -1);
+    n->parent_color = saved_pc;
+
+    struct mrc_itree_node *r = find_node(1, 0); /* red to black: only black height */
+    CHECK(r != NULL);
+    if (r) {
+        r->parent_color |= 1;
+        CHECK(mrc_itree_check(&tree) == -1);
+        r->parent_color &= ~(uintptr_t)1;
+    }
+
+    /* Only red-red: a black node with a red parent and two red children swaps colour
+     * with its children, so black heights stay and it clashes with its parent. */
+    struct mrc_itree_node *b = NULL;
+    for (int i = 0; i < live_n && !b; i++) {
+        struct mrc_itree_node *m = &pool[live[i]].n;
+        const struct mrc_itree_node *mp = (const void *)(m->parent_color & ~(uintptr_t)1);
+
+        if ((m->parent_color & 1) && mp && !(mp->parent_color & 1) && m->left &&
+            m->right && !(m->left->parent_color & 1) && !(m->right->parent_color & 1))
+            b = m;
+    }
+    CHECK(b != NULL);
+    if (b) {
+        b->parent_color ^= 1;
+        b->left->parent_color ^= 1;
+        b->right->parent_color ^= 1;
+        CHECK(mrc_itree_check(&tree) == -1);
+        b->parent_color ^= 1;
+        b->left->parent_color ^= 1;
+        b->right->parent_color ^= 1;
+    }
+
+    saved_pc = n->left->parent_color;           /* parent link */
+    n->left->parent_color = (uintptr_t)n->right | (saved_pc & 1);
+    CHECK(mrc_itree_check(&tree) == -1);
+    n->left->parent_color = saved_pc;
+
+    tree.root->parent_color &= ~(uintptr_t)1;   /* red root */
+    CHECK(mrc_itree_check(&tree) == -1);
+    tree.root->parent_color |= 1;
+
+    tree.count++;                               /* count */
+    CHECK(mrc_itree_check(&tree) == -1);
+    tree.count -= 2;
+    CHECK(mrc_itree_check(&tree) == -1);
+    tree.count++;
+
+    struct mrc_itree_node *leaf = NULL;         /* a cycle must not hang the checker */
+    for (leaf = tree.root; leaf->left; leaf = leaf->left)
+        ;
+    leaf->left = tree.root;
+    CHECK(mrc_itree_check(&tree) == -1);
+    leaf->left = NULL;
+
+    CHECK(mrc_itree_check(&tree) == 0);
+    fprintf(stderr, "# test_checker_detects_corruption: end of expected complaints\n");
+}
+
+/* ---- micro-benchmark (not part of the test run) ---- */
+
+static double now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* Cache-like content: page-aligned registrations of 1-256 pages in a 47-bit space;
+ * lookups ask for a buffer inside a random registration, as mrc_cache would. */
+static void bench(size_t n)
+{
+    struct mrc_itree_node *nodes = calloc(n, sizeof(*nodes));
+    size_t *order = calloc(n, sizeof(*order));
+    const size_t lookups = 1000000;
+    struct mrc_itree t;
+    volatile uintptr_t sink = 0;
+    double t0, t_ins, t_look, t_rem;
+
+    if (!nodes || !order) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
+    rng_seed(7);
+    mrc_itree_init(&t);
+    for (size_t i = 0; i < n; i++) {
+        nodes[i].start = (rnd_below(1ULL << 35)) << 12;
+        nodes[i].last = nodes[i].start + ((1 + rnd_below(256)) << 12) - 1;
+        order[i] = i;
+    }
+    for (size_t i = n - 1; i > 0; i--) {
+        size_t j = rnd_below(i + 1), x = order[i];
+
+        order[i] = order[j];
+        order[j] = x;
+    }
+
+    t0 = now_ns();
+    for (size_t i = 0; i < n; i++)
+        mrc_itree_insert(&t, &nodes[i]);
+    t_ins = (now_ns() - t0) / (double)n;
+
+    t0 = now_ns();
+    for (size_t i = 0; i < lookups; i++) {
+        const struct mrc_itree_node *r = &nodes[order[i % n]];
+
+        sink += (uintptr_t)mrc_itree_iter_first(&t, r->start + 64, r->start + 4095);
+    }
+    t_look = (now_ns() - t0) / (double)lookups;
+
+    t0 = now_ns();
+    for (size_t i = 0; i < n; i++)
+        mrc_itree_remove(&t, &nodes[order[i]]);
+    t_rem = (now_ns() - t0) / (double)n;
+
+    printf("itree bench %8zu nodes: insert %6.1f ns, lookup (iter_first) %6.1f ns, "
+           "remove %6.1f ns%s\n", n, t_ins, t_look, t_rem, t.count ? " (count!)" : "");
+    (void)sink;
+    free(nodes);
+    free(order);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        bench(10000);
+        bench(1000000);
+        return 0;
+    }
+    RUN(test_empty_and_reversed);
+    RUN(test_top_of_address_space);
+    RUN(test_checker_detects_corruption);
+    RUN(test_sequential_and_equal);
+    RUN(test_random_vs_model);
+    CHECK_EXIT();
+}
