@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# vm-build.sh - builds the Soft-RoCE test VM from Debian packages into a cache directory:
+# vmlinux (extracted from Debian's bzImage), base.cpio.gz (kernel modules + Debian userspace,
+# big, cached) and payload.cpio.gz (guest scripts, test programs, libmrcache.so; small).
+# Each part is rebuilt only when the hash of its inputs changes. Nothing is installed into
+# the host except the packages of scripts/install-deps.sh --vm; the kernel is only unpacked.
+set -euo pipefail
+
+usage() {
+    cat <<EOF
+Usage: vm-build.sh [-o DIR] [-l LIB] [PROGRAM...]
+  -o DIR   cache/output directory (default \$VM_DIR or build/vm)
+  -l LIB   libmrcache.so to copy into the guest as /vm/lib/libmrcache.so (default build/libmrcache.so)
+  PROGRAM  test programs copied into the guest's /vm/bin
+Environment: VM_KERNEL_DEB=/path/linux-image-*.deb uses that package instead of apt-get download.
+Output: DIR/vmlinux DIR/base.cpio.gz DIR/payload.cpio.gz DIR/initrd.img (base + payload)
+EOF
+}
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=${VM_DIR:-build/vm}
+lib=build/libmrcache.so
+while getopts "o:l:h" opt; do
+    case "$opt" in
+        o) out=$OPTARG ;;
+        l) lib=$OPTARG ;;
+        h) usage; exit 0 ;;
+        *) usage >&2; exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+progs=("$@")
+
+log() { echo "vm-build: $*" >&2; }
+die() { echo "vm-build: error: $*" >&2; exit 1; }
+
+"$here/scripts/install-deps.sh" --vm
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+# Debian userspace copied into the guest, from the host's installed packages (the same
+# Debian release as the kernel). Binaries get their shared libraries through ldd; the
+# dlopen'ed plugins (verbs provider, UCX transports) are listed explicitly.
+userspace_pkgs=(busybox-static libibverbs1 ibverbs-providers ibverbs-utils perftest iproute2
+                libucx0 ucx-utils librdmacm1 libc6)
+guest_bins=(/usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_bw /usr/bin/ibv_rc_pingpong
+            /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ucx_perftest /usr/bin/io_demo
+            /usr/bin/ucx_info /usr/bin/rdma /usr/sbin/ip)
+multiarch=/usr/lib/x86_64-linux-gnu
+guest_plugins=("$multiarch"/libibverbs/librxe-rdmav*.so "$multiarch"/ucx/*.so.0)
+# Module roots in load order; their dependencies come from depmod. crc32_generic is listed
+# because rdma_rxe needs it at `rdma link add` time without declaring it (else ENOENT).
+# configfs..rdma_ucm are what UCX's rdmacm transport needs.
+module_roots=(dummy crc32_generic rdma_rxe configfs ib_cm iw_cm rdma_cm rdma_ucm)
+
+# ---------------------------------------------------------------- kernel package
+kernel_deb=${VM_KERNEL_DEB:-}
+if [ -z "$kernel_deb" ]; then
+    resolve_kernel() {
+        kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+               awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+        [ -n "$kpkg" ] || return 1
+        kver_deb=$(apt-cache show --no-all-versions "$kpkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
+        [ -n "$kver_deb" ]
+    }
+    # Package lists may be missing on a machine where every host package was already there.
+    resolve_kernel || { log "apt-get update (kernel package not in the lists)"; apt-get update -qq >/dev/null; resolve_kernel; } ||
+        die "cannot resolve linux-image-amd64 with apt-cache"
+    kernel_deb="$out/dl/${kpkg}_${kver_deb//:/%3a}_amd64.deb"
+    if [ ! -s "$kernel_deb" ]; then
+        log "downloading $kpkg $kver_deb"
+        mkdir -p "$out/dl"
+        rm -f "$out"/dl/*.deb
+        # apt-get download writes to the current directory; _apt cannot write under /work.
+        (cd "$out/dl" && apt-get download -q "$kpkg=$kver_deb" 2>&1 | { grep -v '^W: Download is performed unsandboxed' >&2 || true; }) ||
+            die "apt-get download $kpkg failed"
+        [ -s "$kernel_deb" ] || die "apt-get download did not produce $kernel_deb"
+    fi
+fi
+[ -s "$kernel_deb" ] || die "no kernel package: $kernel_deb"
+
+# ---------------------------------------------------------------- base key
+pkg_versions=$(dpkg-query -W -f='${Package}=${Version}\n' "${userspace_pkgs[@]}" | sort)
+base_key=$( {
+    echo "kernel=$(basename "$kernel_deb") $(stat -c %s "$kernel_deb")"
+    echo "$pkg_versions"
+    echo "modules=${module_roots[*]}"
+    # The base layout is defined by this script: any change to it rebuilds the base.
+    sha256sum "$0" | cut -d' ' -f1
+} | sha256sum | cut -d' ' -f1)
+
+build_base() {
+    local tmp kroot root kver vmlinuz
+    tmp=$(mktemp -d "$out/base.tmp.XXXXXX")
+    # shellcheck disable=SC2064 # expand now: tmp is local
+    trap "rm -rf '$tmp'" RETURN
+    kroot=$tmp/kernel root=$tmp/root
+    log "unpacking $(basename "$kernel_deb")"
+    # Only the kernel image and modules are needed; dpkg-deb keeps it out of the host's dpkg db.
+    mkdir -p "$kroot"
+    dpkg-deb --fsys-tarfile "$kernel_deb" | tar -x -C "$kroot" --wildcards './boot/vmlinuz-*' './lib/modules/*'
+    kver=$(ls "$kroot/lib/modules")
+    [ "$(echo "$kver" | wc -l)" -eq 1 ] || die "expected one kernel version in the package, got: $kver"
+    vmlinuz=$kroot/boot/vmlinuz-$kver
+
+    # The uncompressed ELF vmlinux boots through its PVH entry, skipping the bzImage's
+    # self-decompression: about 3 s less per boot under TCG. Find the payload's xz magic.
+    local off found=
+    for off in $(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$vmlinuz" | cut -d: -f1); do
+        tail -c +"$((off + 1))" "$vmlinuz" | xz -dcq 2>/dev/null >"$tmp/vmlinux" || true
+        if [ "$(head -c 4 "$tmp/vmlinux" | od -An -c | tr -d ' ')" = '177ELF' ]; then found=1; break; fi
+    done
+    [ -n "$found" ] || die "could not extract vmlinux from $vmlinuz"
+
+    # The package ships no modules.dep: compute the dependency closure with depmod/modprobe
+    # against the unpacked tree (-C /dev/null: ignore the host's modprobe options).
+    depmod -b "$kroot" "$kver"
+    local m p mods=()
+    for m in "${module_roots[@]}"; do
+        while read -r p; do
+            [[ " ${mods[*]-} " == *" $p "* ]] || mods+=("$p")
+        done < <(modprobe -C /dev/null -d "$kroot" -S "$kver" --show-depends "$m" |
+                 awk '$1 == "insmod" { print $2 }')
+    done
+    # Merged-/usr layout like the host, so paths from ldd are valid in the guest as they are.
+    mkdir -p "$root"/usr/{bin,sbin,lib,lib64} "$root"/{proc,sys,dev,tmp,run,mnt,etc}
+    ln -s usr/bin "$root/bin"; ln -s usr/sbin "$root/sbin"
+    ln -s usr/lib "$root/lib"; ln -s usr/lib64 "$root/lib64"
+    : >"$root/etc/vm-modules"
+    for p in "${mods[@]}"; do
+        install -D -m 0644 "$p" "$root/usr/lib/modules/$kver/${p#"$kroot/lib/modules/$kver/"}"
+        echo "/lib/modules/$kver/${p#"$kroot/lib/modules/$kver/"}" >>"$root/etc/vm-modules"
+    done
+
+    copy_closure "$root" "${guest_bins[@]}" "${guest_plugins[@]}"
+    cp /bin/busybox "$root/usr/bin/busybox"
+    # Busybox applets as symlinks, never shadowing a real Debian binary (ip, rdma).
+    local a
+    for a in $(/bin/busybox --list); do
+        [ -e "$root/usr/bin/$a" ] || [ -e "$root/usr/sbin/$a" ] || ln -s busybox "$root/usr/bin/$a"
+    done
+    mkdir -p "$root/etc/libibverbs.d"
+    cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
+    printf '127.0.0.1 localhost\n::1 localhost\n' >"$root/etc/hosts"
+    printf 'hosts: files\npasswd: files\ngroup: files\n' >"$root/etc/nsswitch.conf"
+    echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
+    echo 'root:x:0:' >"$root/etc/group"
+    echo "$kver" >"$root/etc/vm-kernel-release"
+    echo "$pkg_versions" >"$root/etc/vm-packages"
+    ldconfig -r "$root" 2>/dev/null || ldconfig -r "$root"
+
+    # The payload builder skips libraries the base already has.
+    (cd "$root" && find . -type f -o -type l | sed 's|^\.||' | sort) >"$tmp/base.files"
+    (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) | gzip -6 >"$tmp/base.cpio.gz"
+    mv "$tmp/vmlinux" "$out/vmlinux"
+    mv "$tmp/base.files" "$out/base.files"
+    mv "$tmp/base.cpio.gz" "$out/base.cpio.gz"
+    echo "$base_key" >"$out/base.key"
+    log "base: kernel $kver, $(wc -l <"$root/etc/vm-modules") modules, $(du -h "$out/base.cpio.gz" | cut -f1) initramfs"
+}
+
+# Copies files and, through ldd, the shared libraries they need into ROOT at the same paths
+# (the directory canonicalised, so /lib/x/libfoo.so.1 lands in /usr/lib/x/). A file listed
+# in $skip_list (the base's manifest) is not copied again.
+skip_list=/dev/null
+copy_closure() {
+    local root=$1 f dir dest
+    shift
+    local -A seen=()
+    local queue=("$@")
+    while [ ${#queue[@]} -gt 0 ]; do
+        f=${queue[0]}; queue=("${queue[@]:1}")
+        [ -n "${seen[$f]-}" ] && continue
+        seen[$f]=1
+        [ -e "$f" ] || die "missing file for the guest: $f"
+        dir=$(realpath "$(dirname "$f")")
+        dest=$dir/$(basename "$f")
+        if ! grep -qxF "$dest" "$skip_list"; then
+            mkdir -p "$root$dir"
+            cp -L "$f" "$root$dest"
+        fi
+        # ldd prints "name => /path (addr)" and "/lib64/ld-linux... (addr)".
+        while read -r p; do
+            [ -n "$p" ] && queue+=("$p")
+        done < <(ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+    done
+}
+
+if [ ! -s "$out/base.key" ] || [ "$(cat "$out/base.key")" != "$base_key" ] ||
+   [ ! -s "$out/vmlinux" ] || [ ! -s "$out/base.cpio.gz" ]; then
+    build_base
+else
+    log "base up to date"
+fi
+
+# ---------------------------------------------------------------- payload
+# Our own files: small, so the key is simply the hash of their contents and names.
+guest_scripts=("$here/test/vm/guest-init.sh" "$here/test/vm/guest-tests.sh")
+payload_inputs=("${guest_scripts[@]}" "${progs[@]}")
+[ -e "$lib" ] && payload_inputs+=("$lib")
+payload_key=$( {
+    echo "$base_key"
+    for f in "${payload_inputs[@]}"; do
+        [ -f "$f" ] || die "missing payload input: $f"
+        echo "$(basename "$f") $(sha256sum <"$f" | cut -d' ' -f1)"
+    done
+} | sha256sum | cut -d' ' -f1)
+
+if [ -s "$out/payload.key" ] && [ "$(cat "$out/payload.key")" = "$payload_key" ] &&
+   [ -s "$out/payload.cpio.gz" ] && [ -s "$out/initrd.img" ]; then
+    log "payload up to date"
+    exit 0
+fi
+
+tmp=$(mktemp -d "$out/payload.tmp.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+root=$tmp/root
+mkdir -p "$root/vm/bin" "$root/vm/lib"
+install -m 0755 "$here/test/vm/guest-init.sh" "$root/init"
+install -m 0755 "$here/test/vm/guest-tests.sh" "$root/vm/guest-tests.sh"
+for p in "${progs[@]}"; do install -m 0755 "$p" "$root/vm/bin/"; done
+if [ -e "$lib" ]; then
+    install -m 0755 "$lib" "$root/vm/lib/libmrcache.so"
+else
+    # The guest reports the preload cases as failures; the build itself still succeeds so
+    # the control cases run.
+    log "warning: $lib does not exist; the guest will have no libmrcache.so"
+fi
+# Libraries our programs or libmrcache.so need beyond the base (e.g. a new dependency).
+skip_list=$out/base.files
+extra=("${progs[@]}")
+[ -e "$lib" ] && extra+=("$lib")
+if [ ${#extra[@]} -gt 0 ]; then
+    copy_closure "$tmp/extra" "${extra[@]}"
+    # copy_closure copied the inputs themselves too: keep only their libraries.
+    for p in "${extra[@]}"; do rm -f "$tmp/extra$(realpath "$p")"; done
+    if [ -d "$tmp/extra" ]; then
+        find "$tmp/extra" -type d -empty -delete
+        if [ -d "$tmp/extra" ]; then
+            cp -a "$tmp/extra/." "$root/"
+            log "extra libraries: $(cd "$tmp/extra" && find . -type f | tr '\n' ' ')"
+        fi
+    fi
+fi
+(cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) | gzip -1 >"$out/payload.cpio.gz"
+# The kernel unpacks concatenated cpio archives in order: the payload is a second segment,
+# so changing a test rewrites a few hundred KiB, never the base.
+cat "$out/base.cpio.gz" "$out/payload.cpio.gz" >"$out/initrd.img.tmp"
+mv "$out/initrd.img.tmp" "$out/initrd.img"
+echo "$payload_key" >"$out/payload.key"
+log "payload: $(du -h "$out/payload.cpio.gz" | cut -f1), initrd $(du -h "$out/initrd.img" | cut -f1)"

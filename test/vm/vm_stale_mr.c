@@ -1,0 +1,309 @@
+/* vm_stale_mr.c - the stale-MR hazard on a real verbs provider (Soft-RoCE), through a
+ * loopback RC QP pair in one process: register a buffer, deregister it, munmap, mmap the
+ * same address again, register the same range, RDMA WRITE a pattern through the new MR
+ * and count how much of it the *current* mapping shows. --expect visible|stale says which
+ * outcome passes; --raw skips the deregistration and writes through the first MR (the
+ * hazard itself, no cache involved). Prints "ok - NAME" / "not ok - NAME" (+ _teardown). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "check.h"
+#include "vm_verbs.h"
+
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+/* Fill words that no pattern word can equal: the pattern has a different top half. */
+#define OLD_FILL 0xaaaaaaaaaaaaaaaaull
+#define NEW_FILL 0x5555555555555555ull
+
+static struct {
+    const char *dev;
+    const char *name;
+    int gid_index;
+    size_t size;
+    int expect_stale; /* 1: the pattern must NOT be visible (stale MR); 0: all visible */
+    int raw;          /* write through the first MR, never deregistered */
+} opt = { "rxe0", NULL, 0, 1 << 20, 0, 0 };
+
+static struct {
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp[2];
+    union ibv_gid gid;
+    struct ibv_port_attr port;
+} v;
+
+static uint64_t pattern_word(size_t i)
+{
+    return 0xc0ffee0000000000ull ^ (uint64_t)i;
+}
+
+static int qp_connect(struct ibv_qp *qp, uint32_t dest_qpn)
+{
+    struct ibv_qp_attr a;
+    int rc;
+
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    a.qp_access_flags = ACCESS;
+    rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    if (rc)
+        return rc;
+
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = v.port.active_mtu;
+    a.dest_qp_num = dest_qpn;
+    a.rq_psn = 0;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    /* RoCE: addressed by GID (our own: loopback), no LID. */
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = v.gid;
+    a.ah_attr.grh.sgid_index = (uint8_t)opt.gid_index;
+    a.ah_attr.grh.hop_limit = 1;
+    a.ah_attr.dlid = v.port.lid;
+    a.ah_attr.port_num = 1;
+    rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                               IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    if (rc)
+        return rc;
+
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.sq_psn = 0;
+    a.max_rd_atomic = 1;
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static int setup(void)
+{
+    struct ibv_qp_init_attr qa;
+    int i, rc;
+
+    v.ctx = vm_open_device(opt.dev);
+    if (!v.ctx)
+        return -1;
+    if ((rc = ibv_query_port(v.ctx, 1, &v.port)) != 0) {
+        fprintf(stderr, "ibv_query_port: %s\n", strerror(rc));
+        return -1;
+    }
+    if (v.port.state != IBV_PORT_ACTIVE) {
+        fprintf(stderr, "%s port 1 is not ACTIVE (state %d)\n", opt.dev, v.port.state);
+        return -1;
+    }
+    if (ibv_query_gid(v.ctx, 1, opt.gid_index, &v.gid)) {
+        perror("ibv_query_gid");
+        return -1;
+    }
+    v.pd = ibv_alloc_pd(v.ctx);
+    v.cq = ibv_create_cq(v.ctx, 16, NULL, NULL, 0);
+    if (!v.pd || !v.cq) {
+        perror("ibv_alloc_pd/ibv_create_cq");
+        return -1;
+    }
+    memset(&qa, 0, sizeof(qa));
+    qa.send_cq = v.cq;
+    qa.recv_cq = v.cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap.max_send_wr = 4;
+    qa.cap.max_recv_wr = 1;
+    qa.cap.max_send_sge = 1;
+    qa.cap.max_recv_sge = 1;
+    for (i = 0; i < 2; i++) {
+        v.qp[i] = ibv_create_qp(v.pd, &qa);
+        if (!v.qp[i]) {
+            perror("ibv_create_qp");
+            return -1;
+        }
+    }
+    for (i = 0; i < 2; i++) {
+        rc = qp_connect(v.qp[i], v.qp[1 - i]->qp_num);
+        if (rc) {
+            fprintf(stderr, "connecting QP %d: %s\n", i, strerror(rc));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Posts one signalled RDMA WRITE on QP 0 into the peer's memory and waits up to 10 s. */
+static int rdma_write(struct ibv_mr *src_mr, void *src, void *dst, uint32_t rkey, size_t len)
+{
+    struct ibv_sge sge = { .addr = (uintptr_t)src, .length = (uint32_t)len, .lkey = src_mr->lkey };
+    struct ibv_send_wr wr, *bad;
+    struct ibv_wc wc;
+    uint64_t deadline = vm_now_ns() + 10ull * 1000000000u;
+    int n, rc;
+
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = 1;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = (uintptr_t)dst;
+    wr.wr.rdma.rkey = rkey;
+    if ((rc = ibv_post_send(v.qp[0], &wr, &bad)) != 0) {
+        fprintf(stderr, "ibv_post_send: %s\n", strerror(rc));
+        return -1;
+    }
+    do {
+        n = ibv_poll_cq(v.cq, 1, &wc);
+    } while (n == 0 && vm_now_ns() < deadline);
+    if (n <= 0) {
+        fprintf(stderr, "no completion for the RDMA WRITE (%d)\n", n);
+        return -1;
+    }
+    if (wc.status != IBV_WC_SUCCESS) {
+        fprintf(stderr, "RDMA WRITE completed with %s\n", ibv_wc_status_str(wc.status));
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown_failed;
+
+static void test_stale_mr(void)
+{
+    size_t words = opt.size / sizeof(uint64_t), i, seen = 0, new_fill = 0;
+    struct ibv_mr *src_mr, *mr1, *mr2;
+    uint64_t *src, *dst, *dst2;
+
+    src = mmap(NULL, opt.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    dst = mmap(NULL, opt.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(src != MAP_FAILED && dst != MAP_FAILED);
+    if (src == MAP_FAILED || dst == MAP_FAILED)
+        return;
+    for (i = 0; i < words; i++) {
+        src[i] = pattern_word(i);
+        dst[i] = OLD_FILL;
+    }
+    src_mr = ibv_reg_mr(v.pd, src, opt.size, IBV_ACCESS_LOCAL_WRITE);
+    mr1 = ibv_reg_mr(v.pd, dst, opt.size, ACCESS);
+    CHECKF(src_mr && mr1, "ibv_reg_mr: %s", strerror(errno));
+    if (!src_mr || !mr1)
+        return;
+    fprintf(stderr, "# mr1 addr %p lkey 0x%x rkey 0x%x\n", mr1->addr, mr1->lkey, mr1->rkey);
+
+    if (!opt.raw)
+        CHECK(ibv_dereg_mr(mr1) == 0);
+    /* The unmap a registration cache must notice; then the same address with new pages. */
+    CHECK(munmap(dst, opt.size) == 0);
+    dst2 = mmap(dst, opt.size, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    CHECKF(dst2 == dst, "remap at %p gave %p (%s)", (void *)dst, (void *)dst2, strerror(errno));
+    if (dst2 != dst)
+        return;
+    for (i = 0; i < words; i++)
+        dst[i] = NEW_FILL;
+
+    if (opt.raw) {
+        mr2 = mr1;
+    } else {
+        mr2 = ibv_reg_mr(v.pd, dst, opt.size, ACCESS);
+        CHECKF(mr2 != NULL, "second ibv_reg_mr: %s", strerror(errno));
+        if (!mr2)
+            return;
+        fprintf(stderr, "# mr2 addr %p lkey 0x%x rkey 0x%x%s\n", mr2->addr, mr2->lkey,
+                mr2->rkey, mr2->rkey == mr1->rkey ? " (same rkey as mr1)" : "");
+    }
+
+    CHECK(rdma_write(src_mr, src, dst, mr2->rkey, opt.size) == 0);
+    for (i = 0; i < words; i++) {
+        seen += dst[i] == pattern_word(i);
+        new_fill += dst[i] == NEW_FILL;
+    }
+    fprintf(stderr, "# %zu of %zu bytes of the RDMA WRITE visible in the current mapping\n",
+            seen * sizeof(uint64_t), opt.size);
+    if (opt.expect_stale) {
+        /* The write completed but went to the old, still-pinned pages: none of it here,
+         * and the new mapping is untouched. */
+        CHECKF(seen == 0, "expected a stale MR, but %zu bytes are visible", seen * sizeof(uint64_t));
+        CHECK(new_fill == words);
+    } else {
+        CHECKF(seen == words, "only %zu of %zu bytes visible", seen * sizeof(uint64_t), opt.size);
+    }
+
+    if (ibv_dereg_mr(mr2) != 0 || ibv_dereg_mr(src_mr) != 0) {
+        fprintf(stderr, "ibv_dereg_mr failed: %s\n", strerror(errno));
+        teardown_failed++;
+    }
+    munmap(dst, opt.size);
+    munmap(src, opt.size);
+}
+
+/* With a registration cache MRs outlive ibv_dereg_mr: the PD and device must still close. */
+static void test_teardown(void)
+{
+    int i, rc;
+
+    CHECK(teardown_failed == 0);
+    for (i = 0; i < 2; i++)
+        if (v.qp[i])
+            CHECKF((rc = ibv_destroy_qp(v.qp[i])) == 0, "ibv_destroy_qp: %s", strerror(rc));
+    if (v.cq)
+        CHECKF((rc = ibv_destroy_cq(v.cq)) == 0, "ibv_destroy_cq: %s", strerror(rc));
+    if (v.pd)
+        CHECKF((rc = ibv_dealloc_pd(v.pd)) == 0, "ibv_dealloc_pd: %s", strerror(rc));
+    if (v.ctx)
+        CHECKF((rc = ibv_close_device(v.ctx)) == 0, "ibv_close_device: %s", strerror(rc));
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: vm_stale_mr [-d dev] [-g gid_index] [-s bytes] [--raw] "
+                    "--expect visible|stale NAME\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lopts[] = {
+        { "expect", required_argument, NULL, 'e' },
+        { "raw", no_argument, NULL, 'r' },
+        { NULL, 0, NULL, 0 },
+    };
+    char teardown_name[256];
+    int c, expect_set = 0;
+
+    while ((c = getopt_long(argc, argv, "d:g:s:", lopts, NULL)) != -1) {
+        switch (c) {
+        case 'd': opt.dev = optarg; break;
+        case 'g': opt.gid_index = atoi(optarg); break;
+        case 's': opt.size = strtoull(optarg, NULL, 0); break;
+        case 'r': opt.raw = 1; break;
+        case 'e':
+            if (strcmp(optarg, "visible") && strcmp(optarg, "stale"))
+                usage();
+            opt.expect_stale = strcmp(optarg, "stale") == 0;
+            expect_set = 1;
+            break;
+        default: usage();
+        }
+    }
+    if (!expect_set || optind != argc - 1 || opt.size < 4096 || opt.size % 4096)
+        usage();
+    opt.name = argv[optind];
+    snprintf(teardown_name, sizeof(teardown_name), "%s_teardown", opt.name);
+
+    if (setup() != 0) {
+        printf("not ok - %s\n", opt.name);
+        fflush(stdout);
+        return 1;
+    }
+    check_run(opt.name, test_stale_mr);
+    check_run(teardown_name, test_teardown);
+    CHECK_EXIT();
+}
