@@ -46,7 +46,7 @@ CORE_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(CORE_SRCS))
 TEST_BINS :=
 TEST_CMDS :=
 
-.PHONY: all test check tsan bench vm-test install clean deps
+.PHONY: all test check tsan tsan-run bench vm-test install clean deps
 all: $(LIB)
 
 deps: $(DEPS_STAMP)
@@ -68,6 +68,14 @@ test: all $(TEST_BINS)
 
 check:
 	$(MAKE) BUILD=build-asan SAN=address test
+
+# Threads under ThreadSanitizer: the unit suites (cache stress, tree), which run the
+# cache core's concurrency directly; the preload under TSan would report glibc itself.
+TSAN_CMDS := $(BUILD)/test/test_cache $(BUILD)/test/test_itree
+tsan:
+	$(MAKE) BUILD=build-tsan SAN=thread tsan-run
+tsan-run: $(TSAN_CMDS)
+	@scripts/run-tests.sh $(foreach e,$(TEST_ENV),-e $(e)) -- $(TSAN_CMDS)
 
 install: $(LIB)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PREFIX)/include

@@ -1,0 +1,646 @@
+/* cache.c - lookup, registration, lazy release, invalidation and eviction.
+ * Concurrency design: the tree, LRU and deferred list are under one mutex that is
+ * never held across a back-end call. Hits avoid it: each thread keeps a few recently
+ * used entries (hints) and takes a reference with increment-unless-zero, then checks
+ * that the entry still serves the request and is still in the tree (entries live in a
+ * type-stable pool, so a stale hint is safe to read). Releases only decrement; the LRU
+ * position is updated in per-thread batches. An entry's key fields never change while
+ * its count is non-zero. Ref protocol: the tree holds 1; whoever drops the count to 0
+ * owns the dead entry (deregisters it, or defers that when inside a hook). */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/cache.h"
+
+#define HINTS 4
+#define BATCH 16
+#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+
+struct mrc_thread_state {
+    uint64_t cache_id;
+    struct mrc_entry *hint[HINTS];
+    unsigned next_hint;
+    struct mrc_entry *batch[BATCH];   /* released entries whose LRU move is pending */
+    unsigned nbatch;
+};
+
+static __thread struct mrc_thread_state ts;
+static uint64_t next_cache_id = 1;
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void peak_update(uint64_t *peak, uint64_t v)
+{
+    uint64_t p = LD(peak);
+    while (v > p && !__atomic_compare_exchange_n(peak, &p, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+static struct mrc_thread_state *thread_state(struct mrc_cache *c)
+{
+    if (ts.cache_id != c->id) {
+        memset(&ts, 0, sizeof(ts));
+        ts.cache_id = c->id;
+    }
+    return &ts;
+}
+
+int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p)
+{
+    if (!p->ops.reg || !p->ops.dereg || p->page_size == 0 || (p->page_size & (p->page_size - 1)))
+        return -EINVAL;
+    memset(c, 0, sizeof(*c));
+    c->p = *p;
+    c->id = __atomic_fetch_add(&next_cache_id, 1, __ATOMIC_RELAXED);
+    pthread_mutex_init(&c->lock, NULL);
+    mrc_itree_init(&c->tree);
+    c->lru.lru_next = c->lru.lru_prev = &c->lru;
+    /* Entries are not zeroed on reuse: a thread may still be reading a stale hint. */
+    mrc_pool_init(&c->entries, sizeof(struct mrc_entry), 0);
+    return 0;
+}
+
+/* ---- LRU (under the lock) ---- */
+
+static void lru_unlink(struct mrc_entry *e)
+{
+    e->lru_prev->lru_next = e->lru_next;
+    e->lru_next->lru_prev = e->lru_prev;
+    e->lru_next = e->lru_prev = NULL;
+}
+
+static void lru_add_tail(struct mrc_cache *c, struct mrc_entry *e)
+{
+    e->lru_prev = c->lru.lru_prev;
+    e->lru_next = &c->lru;
+    c->lru.lru_prev->lru_next = e;
+    c->lru.lru_prev = e;
+}
+
+static void batch_flush_locked(struct mrc_cache *c, struct mrc_thread_state *t)
+{
+    for (unsigned i = 0; i < t->nbatch; i++) {
+        struct mrc_entry *e = t->batch[i];
+        /* A batched entry may since have left the tree (or been reused by another
+         * registration that is in the tree: moving that one is harmless). */
+        if (__atomic_load_n(&e->flags, __ATOMIC_RELAXED) & MRC_E_IN_TREE) {
+            lru_unlink(e);
+            lru_add_tail(c, e);
+        }
+    }
+    t->nbatch = 0;
+}
+
+/* ---- matching ---- */
+
+static int is_remote(const struct mrc_cache *c, uint32_t access)
+{
+    return (access & c->p.remote_mask) != 0;
+}
+
+/* Whether e can serve [first, last] for (domain, iova_off, access). Reads with relaxed
+ * atomics because a lock-free caller may be looking at an entry being reused; such a
+ * caller repeats the test once it holds a reference. */
+static int entry_serves(const struct mrc_cache *c, const struct mrc_entry *e, void *domain,
+                        uint64_t first, uint64_t last, int64_t iova_off, uint32_t access)
+{
+    if (LD(&e->domain) != domain || LD(&e->iova_off) != iova_off)
+        return 0;
+    uint32_t ea = LD(&e->access);
+    uint64_t es = LD(&e->node.start), el = LD(&e->node.last);
+    if (is_remote(c, access)) {
+        /* A peer must reach exactly what the app exposed, with exactly these rights. */
+        return ea == access && es == first && el == last;
+    }
+    uint32_t super = c->p.local_super_mask;
+    return !is_remote(c, ea) && (ea & ~super) == (access & ~super) && (ea & access) == access &&
+           es <= first && last <= el;
+}
+
+static int ref_get_unless_zero(uint32_t *ref)
+{
+    uint32_t v = __atomic_load_n(ref, __ATOMIC_RELAXED);
+    while (v != 0)
+        if (__atomic_compare_exchange_n(ref, &v, v + 1, 1, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+            return 1;
+    return 0;
+}
+
+static void hint_add(struct mrc_thread_state *t, struct mrc_entry *e)
+{
+    for (unsigned i = 0; i < HINTS; i++)
+        if (t->hint[i] == e)
+            return;
+    t->hint[t->next_hint] = e;
+    t->next_hint = (t->next_hint + 1) % HINTS;
+}
+
+static struct mrc_entry *hint_lookup(struct mrc_cache *c, struct mrc_thread_state *t, void *domain,
+                                     uint64_t first, uint64_t last, int64_t iova_off, uint32_t access)
+{
+    for (unsigned i = 0; i < HINTS; i++) {
+        struct mrc_entry *e = t->hint[i];
+        if (!e || !entry_serves(c, e, domain, first, last, iova_off, access))
+            continue;
+        if (!ref_get_unless_zero(&e->ref))
+            continue;
+        /* Holding a reference freezes the key: test again, and that it is still findable
+         * (an invalidation clears IN_TREE before it drops the tree's reference). */
+        if ((__atomic_load_n(&e->flags, __ATOMIC_SEQ_CST) & MRC_E_IN_TREE) &&
+            entry_serves(c, e, domain, first, last, iova_off, access))
+            return e;
+        mrc_cache_put(c, e);
+    }
+    return NULL;
+}
+
+static struct mrc_entry *tree_lookup_locked(struct mrc_cache *c, void *domain, uint64_t first,
+                                            uint64_t last, int64_t iova_off, uint32_t access)
+{
+    for (struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, first, last); n;
+         n = mrc_itree_iter_next(n, first, last)) {
+        struct mrc_entry *e = (struct mrc_entry *)((char *)n - offsetof(struct mrc_entry, node));
+        if (entry_serves(c, e, domain, first, last, iova_off, access))
+            return e;
+    }
+    return NULL;
+}
+
+/* ---- removal, deregistration ---- */
+
+static void entry_dereg(struct mrc_cache *c, struct mrc_entry *e)
+{
+    uint64_t len = mrc_entry_len(e);
+    uint64_t t0 = now_ns();
+    c->p.ops.dereg(c->p.ops.ctx, e->reg);
+    mrc_stat_add(MRC_STAT_REAL_DEREG_NS, now_ns() - t0);
+    mrc_stat_add(MRC_STAT_REAL_DEREGS, 1);
+    __atomic_fetch_sub(&c->reg_count, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&c->reg_bytes, len, __ATOMIC_RELAXED);
+    ST(&e->flags, 0u);
+    mrc_pool_put(&c->entries, e);
+}
+
+static void dereg_list(struct mrc_cache *c, struct mrc_entry *list)
+{
+    while (list) {
+        struct mrc_entry *next = list->lru_next;
+        entry_dereg(c, list);
+        list = next;
+    }
+}
+
+/* Takes e out of the tree and the LRU (under the lock). The caller then drops or owns
+ * the tree's reference. */
+static void tree_remove_locked(struct mrc_cache *c, struct mrc_entry *e)
+{
+    mrc_itree_remove(&c->tree, &e->node);
+    __atomic_and_fetch(&e->flags, ~MRC_E_IN_TREE, __ATOMIC_SEQ_CST);
+    lru_unlink(e);
+    ST(&c->tree_count, c->tree_count - 1);
+    c->tree_bytes -= mrc_entry_len(e);
+}
+
+/* Drops the tree's reference of a removed entry; if that was the last, the entry goes on
+ * the deferred list (under the lock, so this is safe inside hooks). */
+static void drop_tree_ref_locked(struct mrc_cache *c, struct mrc_entry *e)
+{
+    if (__atomic_fetch_sub(&e->ref, 1, __ATOMIC_SEQ_CST) == 1) {
+        e->lru_next = c->deferred;
+        c->deferred = e;
+        ST(&c->ndeferred, c->ndeferred + 1);
+        ST(&c->deferred_bytes, c->deferred_bytes + mrc_entry_len(e));
+    }
+}
+
+static struct mrc_entry *take_deferred_locked(struct mrc_cache *c)
+{
+    struct mrc_entry *list = c->deferred;
+    if (list)
+        mrc_stat_add(MRC_STAT_DEFERRED, c->ndeferred);
+    c->deferred = NULL;
+    ST(&c->ndeferred, 0u);
+    ST(&c->deferred_bytes, 0u);
+    return list;
+}
+
+void mrc_cache_drain(struct mrc_cache *c)
+{
+    if (!LD(&c->ndeferred))
+        return;
+    pthread_mutex_lock(&c->lock);
+    struct mrc_entry *list = take_deferred_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    dereg_list(c, list);
+}
+
+/* Evicts idle entries, least recently used first, until the tree is within its limits
+ * (or everything idle when all is set). Returns the victims, linked through lru_next. */
+static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_entry *victims)
+{
+    batch_flush_locked(c, thread_state(c));
+    uint64_t budget = c->tree_count;
+    struct mrc_entry *e = c->lru.lru_next;
+    while (budget-- > 0 && e != &c->lru) {
+        if (!all && c->tree_count <= c->p.max_entries && c->tree_bytes <= c->p.max_bytes)
+            break;
+        struct mrc_entry *next = e->lru_next;
+        uint32_t idle = 1;
+        if (__atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+            tree_remove_locked(c, e);
+            e->lru_next = victims;
+            victims = e;
+            mrc_stat_add(MRC_STAT_EVICTIONS, 1);
+        } else {
+            /* In use now, so recently used when released. */
+            lru_unlink(e);
+            lru_add_tail(c, e);
+        }
+        e = next;
+    }
+    return victims;
+}
+
+/* ---- invalidation ---- */
+
+uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
+                               enum mrc_inval_cause cause)
+{
+    if (len == 0 || !__atomic_load_n(&c->active, __ATOMIC_SEQ_CST))
+        return 0;
+    uint64_t first = addr, last = addr + len - 1 < addr ? UINT64_MAX : addr + len - 1;
+    /* Publish the range first, so that a miss registering concurrently learns of it. */
+    uint64_t s = __atomic_fetch_add(&c->inval_seq, 1, __ATOMIC_SEQ_CST);
+    __typeof__(c->ring[0]) *slot = &c->ring[s % MRC_INVAL_RING];
+    ST(&slot->first, first);
+    ST(&slot->last, last);
+    __atomic_store_n(&slot->seq, s + 1, __ATOMIC_RELEASE);
+    /* A miss that read the sequence after our increment cannot see our range: the
+     * ticket lets mrc_cache_unmap_done tell whether one overlapped the unmap. */
+    uint64_t ticket = __atomic_load_n(&c->misses_begun, __ATOMIC_SEQ_CST) << 1 |
+                      (__atomic_load_n(&c->inflight, __ATOMIC_SEQ_CST) != 0);
+    /* The lock-free shortcut is safe only with no miss in flight: a miss leaves
+     * 'inflight' only after its insertion is counted in tree_count. */
+    if (!(ticket & 1) && !__atomic_load_n(&c->tree_count, __ATOMIC_SEQ_CST))
+        return ticket;
+
+    uint64_t n = 0;
+    pthread_mutex_lock(&c->lock);
+    struct mrc_itree_node *node = mrc_itree_iter_first(&c->tree, first, last);
+    while (node) {
+        struct mrc_itree_node *next = mrc_itree_iter_next(node, first, last);
+        struct mrc_entry *e = (struct mrc_entry *)((char *)node - offsetof(struct mrc_entry, node));
+        tree_remove_locked(c, e);
+        drop_tree_ref_locked(c, e);
+        n++;
+        node = next;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (n) {
+        mrc_stat_add(MRC_STAT_INVALIDATED, n);
+        mrc_stat_add((enum mrc_stat)(MRC_STAT_INVAL_BASE + cause), n);
+    }
+    return ticket;
+}
+
+void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, uint64_t len,
+                          enum mrc_inval_cause cause)
+{
+    if (!__atomic_load_n(&c->active, __ATOMIC_SEQ_CST))
+        return;
+    if ((ticket & 1) || (ticket >> 1) != __atomic_load_n(&c->misses_begun, __ATOMIC_SEQ_CST) ||
+        __atomic_load_n(&c->inflight, __ATOMIC_SEQ_CST))
+        mrc_cache_unmap_begin(c, addr, len, cause);
+}
+
+void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len, enum mrc_inval_cause cause)
+{
+    mrc_cache_unmap_begin(c, addr, len, cause);
+}
+
+/* Whether an invalidation begun at or after seq0 overlaps [first, last]. Unknown (a
+ * slot overwritten or still being written) counts as overlapping. */
+static int raced_locked(struct mrc_cache *c, uint64_t seq0, uint64_t first, uint64_t last)
+{
+    uint64_t now = __atomic_load_n(&c->inval_seq, __ATOMIC_SEQ_CST);
+    if (now - seq0 > MRC_INVAL_RING)
+        return 1;
+    for (uint64_t s = seq0; s < now; s++) {
+        __typeof__(c->ring[0]) *slot = &c->ring[s % MRC_INVAL_RING];
+        if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != s + 1)
+            return 1;
+        /* Acquire loads keep the second read of seq after them (a seqlock read). */
+        uint64_t f = __atomic_load_n(&slot->first, __ATOMIC_ACQUIRE);
+        uint64_t l = __atomic_load_n(&slot->last, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&slot->seq, __ATOMIC_RELAXED) != s + 1)
+            return 1;
+        if (f <= last && first <= l)
+            return 1;
+    }
+    return 0;
+}
+
+/* ---- get / put ---- */
+
+static int backend_reg(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
+                       int64_t iova_off, uint32_t access, void **reg)
+{
+    uint64_t len = last - first + 1;
+    uint64_t t0 = now_ns();
+    int rc = c->p.ops.reg(c->p.ops.ctx, domain, first, len, first + (uint64_t)iova_off, access, reg);
+    uint64_t dt = now_ns() - t0;
+    mrc_stat_add(MRC_STAT_REAL_REGS, 1);
+    mrc_stat_add(MRC_STAT_REAL_REG_NS, dt);
+    mrc_hist_add(MRC_HIST_REGS, len, 1);
+    mrc_hist_add(MRC_HIST_REG_NS, len, dt);
+    return rc;
+}
+
+static void evict_all_idle(struct mrc_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    struct mrc_entry *victims = evict_locked(c, 1, take_deferred_locked(c));
+    pthread_mutex_unlock(&c->lock);
+    dereg_list(c, victims);
+}
+
+/* Registers with one retry after evicting idle entries when the back-end is out of
+ * pinnable memory (RLIMIT_MEMLOCK, device limits): the cache must never make a
+ * registration fail that would succeed without it. */
+static int reg_retry(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
+                     int64_t iova_off, uint32_t access, void **reg)
+{
+    int rc = backend_reg(c, domain, first, last, iova_off, access, reg);
+    if (rc == -ENOMEM || rc == -EAGAIN) {
+        mrc_stat_add(MRC_STAT_ENOMEM_RETRIES, 1);
+        evict_all_idle(c);
+        rc = backend_reg(c, domain, first, last, iova_off, access, reg);
+    }
+    return rc;
+}
+
+/* Grows [*first, *last] to the union of same-key local entries that overlap or touch
+ * it, as long as the union stays under half the byte limit. */
+static void merge_range_locked(struct mrc_cache *c, void *domain, int64_t iova_off, uint32_t access,
+                               uint64_t *first, uint64_t *last)
+{
+    for (int grew = 1; grew;) {
+        grew = 0;
+        uint64_t qf = *first ? *first - 1 : 0, ql = *last == UINT64_MAX ? *last : *last + 1;
+        for (struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, qf, ql); n;
+             n = mrc_itree_iter_next(n, qf, ql)) {
+            struct mrc_entry *e = (struct mrc_entry *)((char *)n - offsetof(struct mrc_entry, node));
+            if (e->domain != domain || e->iova_off != iova_off || e->access != access)
+                continue;
+            uint64_t f = n->start < *first ? n->start : *first;
+            uint64_t l = n->last > *last ? n->last : *last;
+            if (l - f >= c->p.max_bytes / 2)
+                continue;
+            if (f != *first || l != *last) {
+                *first = f;
+                *last = l;
+                grew = 1;
+            }
+        }
+    }
+}
+
+static struct mrc_entry *entry_new(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
+                                   int64_t iova_off, uint32_t access, void *reg)
+{
+    struct mrc_entry *e = mrc_pool_get(&c->entries);
+    if (!e)
+        return NULL;
+    /* Relaxed atomic stores: a stale hint may be reading these; it cannot take a
+     * reference until ref is published non-zero. */
+    ST(&e->node.start, first);
+    ST(&e->node.last, last);
+    ST(&e->domain, domain);
+    ST(&e->iova_off, iova_off);
+    ST(&e->access, access);
+    ST(&e->flags, 0u);
+    e->reg = reg;
+    uint64_t len = last - first + 1;
+    peak_update(&c->reg_count_peak, __atomic_add_fetch(&c->reg_count, 1, __ATOMIC_RELAXED));
+    peak_update(&c->reg_bytes_peak, __atomic_add_fetch(&c->reg_bytes, len, __ATOMIC_RELAXED));
+    return e;
+}
+
+/* A registration handed to one caller and deregistered at its release. */
+static int get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
+                       int64_t iova_off, uint32_t access, struct mrc_entry **out)
+{
+    void *reg;
+    int rc = reg_retry(c, domain, first, last, iova_off, access, &reg);
+    if (rc)
+        return rc;
+    struct mrc_entry *e = entry_new(c, domain, first, last, iova_off, access, reg);
+    if (!e) {
+        c->p.ops.dereg(c->p.ops.ctx, reg);
+        return -ENOMEM;
+    }
+    ST(&e->flags, MRC_E_PRIVATE);
+    __atomic_store_n(&e->ref, 1u, __ATOMIC_RELEASE);
+    *out = e;
+    return 0;
+}
+
+int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
+                  uint32_t access, struct mrc_entry **out)
+{
+    if (len == 0 || addr + len - 1 < addr)
+        return -EINVAL;
+    if (!__atomic_load_n(&c->active, __ATOMIC_RELAXED))
+        __atomic_store_n(&c->active, 1u, __ATOMIC_SEQ_CST);
+    mrc_cache_drain(c);
+    mrc_stat_add(MRC_STAT_REQUESTS, 1);
+    mrc_hist_add(MRC_HIST_REQUESTS, len, 1);
+    uint64_t first = addr, last = addr + len - 1;
+    int64_t iova_off = (int64_t)(iova - addr);
+    int remote = is_remote(c, access);
+    if (remote && c->p.remote_policy == MRC_REMOTE_NEVER) {
+        mrc_stat_add(MRC_STAT_UNCACHED, 1);
+        return get_private(c, domain, first, last, iova_off, access, out);
+    }
+
+    struct mrc_thread_state *t = thread_state(c);
+    struct mrc_entry *e = hint_lookup(c, t, domain, first, last, iova_off, access);
+    if (e)
+        goto hit;
+
+    pthread_mutex_lock(&c->lock);
+    e = tree_lookup_locked(c, domain, first, last, iova_off, access);
+    if (e) {
+        __atomic_fetch_add(&e->ref, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&c->lock);
+        hint_add(t, e);
+        goto hit;
+    }
+
+    /* Miss. Local-only registrations with iova == addr are rounded out to whole pages
+     * and merged with their neighbours; remote ones are registered byte-exact, since
+     * rounding or merging would let a peer reach bytes the program did not expose. */
+    uint64_t qf = first, ql = last;
+    if (!remote && iova_off == 0) {
+        uint64_t pm = c->p.page_size - 1;
+        qf &= ~pm;
+        ql = (ql | pm) < ql ? UINT64_MAX : (ql | pm);
+    }
+    uint64_t rf = qf, rl = ql;
+    if (!remote && iova_off == 0)
+        merge_range_locked(c, domain, iova_off, access, &rf, &rl);
+    uint64_t seq0 = __atomic_load_n(&c->inval_seq, __ATOMIC_SEQ_CST);
+    /* inflight before misses_begun, as unmap_begin reads them in the other order: any
+     * interleaving then shows the miss to the ticket or to unmap_done. */
+    __atomic_fetch_add(&c->inflight, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&c->misses_begun, 1, __ATOMIC_SEQ_CST);
+    struct mrc_entry *dead = take_deferred_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    dereg_list(c, dead);
+    mrc_stat_add(MRC_STAT_MISSES, 1);
+
+    void *reg;
+    int rc = reg_retry(c, domain, rf, rl, iova_off, access, &reg);
+    if (rc && (rf != qf || rl != ql)) {
+        /* The merged union did not fit: register just the request. */
+        rf = qf;
+        rl = ql;
+        rc = reg_retry(c, domain, rf, rl, iova_off, access, &reg);
+    }
+    if (rc) {
+        __atomic_fetch_sub(&c->inflight, 1, __ATOMIC_SEQ_CST);
+        mrc_stat_add(MRC_STAT_REG_FAILURES, 1);
+        return rc;
+    }
+    e = entry_new(c, domain, rf, rl, iova_off, access, reg);
+    if (!e) {
+        __atomic_fetch_sub(&c->inflight, 1, __ATOMIC_SEQ_CST);
+        c->p.ops.dereg(c->p.ops.ctx, reg);
+        return -ENOMEM;
+    }
+
+    struct mrc_entry *victims = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (raced_locked(c, seq0, rf, rl)) {
+        /* Part of the range was unmapped while we registered it: the pages we pinned may
+         * be the old ones. Hand it to this caller alone, never to a later one. */
+        __atomic_fetch_sub(&c->inflight, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&c->lock);
+        mrc_stat_add(MRC_STAT_RACED, 1);
+        ST(&e->flags, MRC_E_PRIVATE);
+        __atomic_store_n(&e->ref, 1u, __ATOMIC_RELEASE);
+        *out = e;
+        return 0;
+    }
+    if (!remote && iova_off == 0) {
+        /* Entries inside the union are superseded: they leave the tree and stay valid
+         * for their current users until released. */
+        struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, rf, rl);
+        while (n) {
+            struct mrc_itree_node *next = mrc_itree_iter_next(n, rf, rl);
+            struct mrc_entry *m = (struct mrc_entry *)((char *)n - offsetof(struct mrc_entry, node));
+            if (m->domain == domain && m->iova_off == iova_off && m->access == access &&
+                rf <= n->start && n->last <= rl) {
+                tree_remove_locked(c, m);
+                drop_tree_ref_locked(c, m);
+                mrc_stat_add(MRC_STAT_MERGES, 1);
+            }
+            n = next;
+        }
+    }
+    mrc_itree_insert(&c->tree, &e->node);
+    lru_add_tail(c, e);
+    c->tree_bytes += mrc_entry_len(e);
+    __atomic_store_n(&e->ref, 2u, __ATOMIC_RELEASE);   /* the tree's and the caller's */
+    __atomic_or_fetch(&e->flags, MRC_E_IN_TREE, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&c->tree_count, c->tree_count + 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&c->inflight, 1, __ATOMIC_SEQ_CST);
+    if (c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes)
+        victims = evict_locked(c, 0, NULL);
+    dead = take_deferred_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    dereg_list(c, victims);
+    dereg_list(c, dead);
+    hint_add(t, e);
+    *out = e;
+    return 0;
+
+hit:
+    mrc_stat_add(MRC_STAT_HITS, 1);
+    mrc_hist_add(MRC_HIST_HITS, len, 1);
+    *out = e;
+    return 0;
+}
+
+void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
+{
+    uint32_t old = __atomic_fetch_sub(&e->ref, 1, __ATOMIC_SEQ_CST);
+    if (old == 1) {
+        /* The last reference of an entry out of the tree: ours to deregister. */
+        entry_dereg(c, e);
+        return;
+    }
+    if (old == 2 && (__atomic_load_n(&e->flags, __ATOMIC_RELAXED) & MRC_E_IN_TREE)) {
+        struct mrc_thread_state *t = thread_state(c);
+        t->batch[t->nbatch++] = e;
+        if (t->nbatch == BATCH) {
+            pthread_mutex_lock(&c->lock);
+            batch_flush_locked(c, t);
+            pthread_mutex_unlock(&c->lock);
+        }
+    }
+}
+
+uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg), void *arg)
+{
+    uint64_t busy = 0;
+    pthread_mutex_lock(&c->lock);
+    struct mrc_entry *victims = take_deferred_locked(c);
+    struct mrc_entry *e = c->lru.lru_next;
+    while (e != &c->lru) {
+        struct mrc_entry *next = e->lru_next;
+        if (!match || match(e, arg)) {
+            uint32_t idle = 1;
+            if (__atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+                tree_remove_locked(c, e);
+                e->lru_next = victims;
+                victims = e;
+            } else {
+                busy++;
+            }
+        }
+        e = next;
+    }
+    pthread_mutex_unlock(&c->lock);
+    dereg_list(c, victims);
+    return busy;
+}
+
+void mrc_cache_forget(struct mrc_cache *c)
+{
+    /* The entries' memory stays behind in the old pool: a forked child may still hold
+     * handles pointing at them, and must never deregister them. */
+    struct mrc_cache_params p = c->p;
+    mrc_cache_init(c, &p);
+}
+
+void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_cache_gauges *g)
+{
+    pthread_mutex_lock(&c->lock);
+    g->tree_entries = c->tree_count;
+    g->tree_bytes = c->tree_bytes;
+    g->deferred = c->ndeferred;
+    g->deferred_bytes = c->deferred_bytes;
+    pthread_mutex_unlock(&c->lock);
+    g->entries = LD(&c->reg_count);
+    g->entries_peak = LD(&c->reg_count_peak);
+    g->bytes = LD(&c->reg_bytes);
+    g->bytes_peak = LD(&c->reg_bytes_peak);
+}

@@ -1,0 +1,130 @@
+/* cache.h - the registration cache: an interval tree of back-end registrations keyed by
+ * (domain, access, iova offset), reference-counted, deregistered lazily. Knows nothing
+ * of verbs: the back-end plugs in through mrc_cache_ops, and tests plug in a fake.
+ * Internal functions return 0 or -errno.
+ * Invariants: the cache lock is never held across a back-end call or an allocation
+ * through malloc; mrc_cache_invalidate never calls the back-end and, when it returns,
+ * no lookup can return an entry overlapping its range. */
+#ifndef MRC_CACHE_H
+#define MRC_CACHE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "core/itree.h"
+#include "core/pool.h"
+#include "util/stats.h"
+
+struct mrc_cache_ops {
+    /* Registers [addr, addr+len) at iova with access in domain: 0 and *reg set, or -errno. */
+    int (*reg)(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
+               uint32_t access, void **reg);
+    /* Deregisters what reg made: 0 or -errno. Never called from mrc_cache_invalidate. */
+    int (*dereg)(void *ctx, void *reg);
+    void *ctx;
+};
+
+enum mrc_remote_policy {
+    MRC_REMOTE_EXACT,   /* remote-access registrations cached, served only to identical requests */
+    MRC_REMOTE_NEVER,   /* remote-access registrations never cached: rkeys die at dereg */
+};
+
+struct mrc_cache_params {
+    struct mrc_cache_ops ops;
+    uint64_t max_entries;        /* idle entries are evicted (LRU) past this many in the tree */
+    uint64_t max_bytes;          /* ... or past this many registered bytes in the tree */
+    uint64_t max_deferred_bytes; /* deferred deregistrations past this are drained at once */
+    uint64_t page_size;
+    uint32_t remote_mask;        /* access bits that grant a peer anything: matched exactly */
+    uint32_t local_super_mask;   /* bits a local-only request may be given more of */
+    enum mrc_remote_policy remote_policy;
+};
+
+/* Entry flags. */
+#define MRC_E_IN_TREE 1u   /* findable; cleared (before the tree ref is dropped) on removal */
+#define MRC_E_PRIVATE 2u   /* never in the tree: deregistered at its last release */
+
+struct mrc_entry {
+    void *pool_link;              /* the pool's while the entry is free (pool.h) */
+    struct mrc_itree_node node;   /* [start, last]: the registered range */
+    void *domain;
+    int64_t iova_off;             /* iova - addr */
+    uint32_t access;
+    uint32_t ref;                 /* 1 while in the tree + 1 per user; 0 = dead */
+    uint32_t flags;
+    void *reg;                    /* the back-end's registration */
+    struct mrc_entry *lru_prev, *lru_next;  /* LRU while in the tree, deferred list after */
+};
+
+#define MRC_INVAL_RING 64
+
+struct mrc_cache {
+    struct mrc_cache_params p;
+    uint64_t id;                  /* tells threads' lookup hints which cache they belong to */
+    pthread_mutex_t lock;         /* tree, LRU, deferred list, tree counters */
+    struct mrc_itree tree;
+    struct mrc_entry lru;         /* sentinel: lru.lru_next is least recently used */
+    struct mrc_entry *deferred;   /* dead entries waiting for deregistration */
+    uint64_t tree_bytes;
+    /* Read without the lock on hot paths: */
+    uint32_t active;              /* set by the first get: until then invalidation is free */
+    uint64_t tree_count;
+    uint64_t ndeferred, deferred_bytes;
+    uint32_t inflight;            /* misses registering right now */
+    uint64_t misses_begun;        /* misses that have read inval_seq */
+    uint64_t inval_seq;           /* invalidations begun; their ranges in ring[] */
+    struct { uint64_t seq, first, last; } ring[MRC_INVAL_RING];
+    /* Gauges: live back-end registrations made by the cache (in the tree, in use, deferred). */
+    uint64_t reg_count, reg_count_peak, reg_bytes, reg_bytes_peak;
+    struct mrc_pool entries;
+};
+
+struct mrc_cache_gauges {
+    uint64_t entries, entries_peak, bytes, bytes_peak, tree_entries, tree_bytes,
+             deferred, deferred_bytes;
+};
+
+/* Prepares c. 0 or -EINVAL for an unusable parameter (no ops, zero page size). */
+int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p);
+
+/* Finds or makes a registration covering [addr, addr+len) for (domain, access, iova).
+ * On success *out holds one reference (release with mrc_cache_put). 0 or -errno (the
+ * back-end's error after evicting and retrying on -ENOMEM/-EAGAIN). */
+int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len,
+                  uint64_t iova, uint32_t access, struct mrc_entry **out);
+
+/* Releases one reference. An entry no longer in the tree is deregistered at its last. */
+void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e);
+
+/* Removes every entry overlapping [addr, addr+len) from the tree. Safe in any hook:
+ * never calls the back-end or malloc; defers deregistration. */
+void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len,
+                          enum mrc_inval_cause cause);
+
+/* The same, for a hook about to unmap the range: returns a ticket to pass, once the
+ * memory is gone, to mrc_cache_unmap_done, which invalidates again if a miss may have
+ * pinned the old pages in between (a registration racing with the unmap must never
+ * stay cached). Both are safe in any hook. */
+uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
+                               enum mrc_inval_cause cause);
+void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, uint64_t len,
+                          enum mrc_inval_cause cause);
+
+/* Deregisters the deferred entries now. Not from a hook. */
+void mrc_cache_drain(struct mrc_cache *c);
+
+/* Deregisters the idle entries for which match(e, arg) (all if match is NULL) and the
+ * deferred ones. Returns how many matching entries stay registered because in use. */
+uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),
+                         void *arg);
+
+/* Forgets every entry without deregistering (a forked child: the MRs are the parent's). */
+void mrc_cache_forget(struct mrc_cache *c);
+
+void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_cache_gauges *g);
+
+/* Registered range of an entry, for building the caller's handle. */
+static inline uint64_t mrc_entry_start(const struct mrc_entry *e) { return e->node.start; }
+static inline uint64_t mrc_entry_len(const struct mrc_entry *e) { return e->node.last - e->node.start + 1; }
+
+#endif

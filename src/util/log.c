@@ -1,0 +1,45 @@
+/* log.c - formats a diagnostic into a stack buffer and writes it with write(2).
+ * Invariant: no malloc, no stdio stream, errno preserved; a message longer than the
+ * buffer is truncated, never split. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "util/log.h"
+
+int mrc_log_level = MRC_LOG_WARN;
+
+int mrc_write_all(int fd, const char *buf, unsigned long len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        buf += n;
+        len -= (unsigned long)n;
+    }
+    return 0;
+}
+
+void mrc_log(int level, const char *fmt, ...)
+{
+    if (level > mrc_log_level)
+        return;
+    int saved = errno;
+    char buf[512];
+    int n = snprintf(buf, sizeof(buf), "libmrcache[%d]: ", (int)getpid());
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof(buf) - 2)
+        len = sizeof(buf) - 2;
+    buf[len++] = '\n';
+    mrc_write_all(2, buf, len);
+    errno = saved;
+}

@@ -1,0 +1,23 @@
+/* log.h - libmrcache's diagnostics: one line per message on stderr, "libmrcache[pid]: ...".
+ * Invariant: never allocates and never uses stdio streams, so it is safe inside the
+ * malloc and munmap hooks (the message is formatted into a stack buffer, then write(2)). */
+#ifndef MRC_LOG_H
+#define MRC_LOG_H
+
+enum mrc_log_level { MRC_LOG_ERROR, MRC_LOG_WARN, MRC_LOG_INFO, MRC_LOG_DEBUG };
+
+/* The level at and below which messages are printed; set from MRCACHE_LOG. */
+extern int mrc_log_level;
+
+/* Prints one line if level <= mrc_log_level. Preserves errno. */
+void mrc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define MRC_ERROR(...) mrc_log(MRC_LOG_ERROR, __VA_ARGS__)
+#define MRC_WARN(...)  mrc_log(MRC_LOG_WARN, __VA_ARGS__)
+#define MRC_INFO(...)  mrc_log(MRC_LOG_INFO, __VA_ARGS__)
+#define MRC_DEBUG(...) do { if (mrc_log_level >= MRC_LOG_DEBUG) mrc_log(MRC_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* Writes all of buf to fd, retrying on EINTR and short writes. Returns 0 or -errno. */
+int mrc_write_all(int fd, const char *buf, unsigned long len);
+
+#endif

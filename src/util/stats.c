@@ -1,0 +1,147 @@
+/* stats.c - per-thread counter blocks and their sum.
+ * Invariants: blocks are never freed (a thread's block is handed to a later thread at
+ * exit, keeping its counts, so sums never lose a count); blocks come from mmap, never
+ * malloc; the list of blocks only grows, at its head, under a lock. */
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "util/stats.h"
+
+const char *const mrc_stat_names[MRC_STAT_LAST] = {
+    [MRC_STAT_REQUESTS] = "requests",
+    [MRC_STAT_HITS] = "hits",
+    [MRC_STAT_MISSES] = "misses",
+    [MRC_STAT_UNCACHED] = "uncached",
+    [MRC_STAT_RELEASES] = "releases",
+    [MRC_STAT_MERGES] = "merges",
+    [MRC_STAT_EVICTIONS] = "evictions",
+    [MRC_STAT_ENOMEM_RETRIES] = "enomem_retries",
+    [MRC_STAT_REG_FAILURES] = "reg_failures",
+    [MRC_STAT_REAL_REGS] = "real_regs",
+    [MRC_STAT_REAL_DEREGS] = "real_deregs",
+    [MRC_STAT_DEFERRED] = "deferred_deregs",
+    [MRC_STAT_RACED] = "raced_misses",
+    [MRC_STAT_REAL_REG_NS] = "real_reg_ns",
+    [MRC_STAT_REAL_DEREG_NS] = "real_dereg_ns",
+    [MRC_STAT_INVALIDATED] = "invalidated",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_MUNMAP] = "inval_munmap",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_MREMAP] = "inval_mremap",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_MADVISE] = "inval_madvise",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_MMAP_FIXED] = "inval_mmap_fixed",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_SHM] = "inval_shm",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_BRK] = "inval_brk",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_FREE] = "inval_free",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_TRIM] = "inval_trim",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_API] = "inval_api",
+};
+
+const char *const mrc_inval_cause_names[MRC_INVAL_LAST] = {
+    "munmap", "mremap", "madvise", "mmap_fixed", "shm", "brk", "free", "trim", "api",
+};
+
+static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mrc_stats_block *blocks;          /* every block, newest first */
+static struct mrc_stats_block shared_block;     /* when mmap fails: correct, if contended */
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static __thread struct mrc_stats_block *my_block;
+
+static void block_release(void *arg)
+{
+    struct mrc_stats_block *b = arg;
+    __atomic_store_n(&b->owned, 0, __ATOMIC_RELEASE);
+}
+
+static void key_init(void)
+{
+    pthread_key_create(&exit_key, block_release);
+}
+
+static struct mrc_stats_block *block_new(void)
+{
+    /* One page-rounded block each: a block is a few KiB and threads are few. Raw
+     * syscall so that no hook (ours or a patcher's) sees our own bookkeeping. */
+    size_t size = (sizeof(struct mrc_stats_block) + 4095) & ~(size_t)4095;
+    long p = syscall(SYS_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p < 0 && p > -4096)
+        return NULL;
+    return (struct mrc_stats_block *)p;
+}
+
+struct mrc_stats_block *mrc_stats_thread_block(void)
+{
+    struct mrc_stats_block *b = my_block;
+    if (__builtin_expect(b != NULL, 1))
+        return b;
+    pthread_once(&key_once, key_init);
+    pthread_mutex_lock(&blocks_lock);
+    for (b = blocks; b; b = b->next)
+        if (b != &shared_block && !__atomic_load_n(&b->owned, __ATOMIC_ACQUIRE))
+            break;
+    if (!b) {
+        b = block_new();
+        if (b) {
+            b->next = blocks;
+            blocks = b;
+        }
+    }
+    if (b)
+        b->owned = 1;
+    pthread_mutex_unlock(&blocks_lock);
+    if (!b) {
+        /* Counting into the shared block races between threads; a lost count is
+         * better than a failed registration. */
+        b = &shared_block;
+    }
+    pthread_setspecific(exit_key, b);
+    my_block = b;
+    return b;
+}
+
+unsigned mrc_hist_bucket(uint64_t len)
+{
+    if (len <= 4096)
+        return 0;
+    unsigned b = (unsigned)(64 - __builtin_clzll(len - 1)) - 12;
+    return b >= MRC_HIST_BUCKETS ? MRC_HIST_BUCKETS - 1 : b;
+}
+
+static void add_block(struct mrc_stats_block *out, const struct mrc_stats_block *b)
+{
+    for (int i = 0; i < MRC_STAT_LAST; i++)
+        out->v[i] += __atomic_load_n(&b->v[i], __ATOMIC_RELAXED);
+    for (int h = 0; h < MRC_HIST_LAST; h++)
+        for (int i = 0; i < MRC_HIST_BUCKETS; i++)
+            out->hist[h][i] += __atomic_load_n(&b->hist[h][i], __ATOMIC_RELAXED);
+}
+
+void mrc_stats_sum(struct mrc_stats_block *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&blocks_lock);
+    for (struct mrc_stats_block *b = blocks; b; b = b->next)
+        add_block(out, b);
+    add_block(out, &shared_block);
+    pthread_mutex_unlock(&blocks_lock);
+}
+
+static void zero_block(struct mrc_stats_block *b)
+{
+    for (int i = 0; i < MRC_STAT_LAST; i++)
+        __atomic_store_n(&b->v[i], 0, __ATOMIC_RELAXED);
+    for (int h = 0; h < MRC_HIST_LAST; h++)
+        for (int i = 0; i < MRC_HIST_BUCKETS; i++)
+            __atomic_store_n(&b->hist[h][i], 0, __ATOMIC_RELAXED);
+}
+
+void mrc_stats_reset(void)
+{
+    pthread_mutex_lock(&blocks_lock);
+    for (struct mrc_stats_block *b = blocks; b; b = b->next)
+        zero_block(b);
+    zero_block(&shared_block);
+    pthread_mutex_unlock(&blocks_lock);
+}

@@ -1,0 +1,85 @@
+/* stats.h - libmrcache's counters: an enum with a name table, per-thread blocks so that
+ * hits on different threads never write a shared cache line, summed on demand.
+ * Invariant: counting never allocates through malloc and never takes a lock after a
+ * thread's first count (the block comes from a pool backed by mmap). */
+#ifndef MRC_STATS_H
+#define MRC_STATS_H
+
+#include <stdint.h>
+
+/* Why entries were invalidated: one counter each (MRC_STAT_INVAL_BASE + cause). */
+enum mrc_inval_cause {
+    MRC_INVAL_MUNMAP,
+    MRC_INVAL_MREMAP,
+    MRC_INVAL_MADVISE,
+    MRC_INVAL_MMAP_FIXED,
+    MRC_INVAL_SHM,
+    MRC_INVAL_BRK,
+    MRC_INVAL_FREE,      /* free/realloc of a chunk the allocator gives back with munmap/mremap */
+    MRC_INVAL_TRIM,      /* heap trimming inside free, malloc_trim */
+    MRC_INVAL_API,       /* asked for by the program or the tests */
+    MRC_INVAL_LAST
+};
+
+enum mrc_stat {
+    MRC_STAT_REQUESTS,        /* registrations asked of the cache */
+    MRC_STAT_HITS,            /* served by a cached registration */
+    MRC_STAT_MISSES,          /* needed a new registration */
+    MRC_STAT_UNCACHED,        /* passed through: uncacheable flags, policy, disabled */
+    MRC_STAT_RELEASES,        /* deregistrations that released a cached handle */
+    MRC_STAT_MERGES,          /* entries absorbed into a larger registration */
+    MRC_STAT_EVICTIONS,       /* idle entries deregistered to honour a limit */
+    MRC_STAT_ENOMEM_RETRIES,  /* back-end ENOMEM/EAGAIN answered by evicting and retrying */
+    MRC_STAT_REG_FAILURES,    /* registrations that failed even after retrying */
+    MRC_STAT_REAL_REGS,       /* calls to the back-end's registration */
+    MRC_STAT_REAL_DEREGS,     /* calls to the back-end's deregistration */
+    MRC_STAT_DEFERRED,        /* deregistrations deferred out of an unmap hook */
+    MRC_STAT_RACED,           /* misses whose range was invalidated while registering */
+    MRC_STAT_REAL_REG_NS,     /* time spent in back-end registration */
+    MRC_STAT_REAL_DEREG_NS,   /* time spent in back-end deregistration */
+    MRC_STAT_INVALIDATED,     /* entries invalidated, all causes */
+    MRC_STAT_INVAL_BASE,
+    MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_INVAL_LAST
+};
+
+/* Registration sizes in powers of two: bucket 0 is <= 4 KiB, the last is >= 2 GiB. */
+#define MRC_HIST_BUCKETS 20
+enum mrc_hist { MRC_HIST_REQUESTS, MRC_HIST_HITS, MRC_HIST_REGS, MRC_HIST_REG_NS, MRC_HIST_LAST };
+
+struct mrc_stats_block {
+    uint64_t v[MRC_STAT_LAST];
+    uint64_t hist[MRC_HIST_LAST][MRC_HIST_BUCKETS];
+    struct mrc_stats_block *next;   /* all blocks ever made, for summing */
+    int owned;                      /* a live thread counts into it */
+};
+
+extern const char *const mrc_stat_names[MRC_STAT_LAST];
+extern const char *const mrc_inval_cause_names[MRC_INVAL_LAST];
+
+/* The calling thread's block (made on first use). Never NULL: falls back to a shared
+ * block if no memory can be had, so counting cannot fail. */
+struct mrc_stats_block *mrc_stats_thread_block(void);
+
+/* Adds n to counter s of the calling thread. Thread-private line: no atomic RMW. */
+static inline void mrc_stat_add(enum mrc_stat s, uint64_t n)
+{
+    struct mrc_stats_block *b = mrc_stats_thread_block();
+    __atomic_store_n(&b->v[s], __atomic_load_n(&b->v[s], __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+
+unsigned mrc_hist_bucket(uint64_t len);
+
+static inline void mrc_hist_add(enum mrc_hist h, uint64_t len, uint64_t n)
+{
+    struct mrc_stats_block *b = mrc_stats_thread_block();
+    uint64_t *p = &b->hist[h][mrc_hist_bucket(len)];
+    __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+
+/* Sums every thread's block into out (a snapshot; concurrent counts may or may not be in). */
+void mrc_stats_sum(struct mrc_stats_block *out);
+
+/* Zeroes every block (tests, and a forked child that starts its own account). */
+void mrc_stats_reset(void);
+
+#endif

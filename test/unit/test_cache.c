@@ -1,0 +1,547 @@
+/* test_cache.c - the cache core against a counting fake back-end: rights, iova offsets,
+ * merging, limits and LRU order, ENOMEM retry, invalidation (in use, deferred, never
+ * calling the back-end), flush by domain, forget, and a threaded stress in which no
+ * lookup may return an entry overlapping a range whose invalidation has returned. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "check.h"
+#include "core/cache.h"
+#include "fake_backend.h"
+
+/* Access bits of the tests' own: the core is told which are remote and which local. */
+#define LW  0x1u    /* local write */
+#define RW  0x2u    /* remote write */
+#define RR  0x4u    /* remote read */
+#define RLX 0x100u  /* a flag that changes semantics: must match */
+#define PG  4096u
+
+static struct fake_backend fb;
+static struct mrc_cache cache;
+static char dom_a, dom_b;   /* two domains (pds) */
+
+static void setup_with(uint64_t max_entries, uint64_t max_bytes, enum mrc_remote_policy pol)
+{
+    fake_init(&fb);
+    struct mrc_cache_params p = {
+        .ops = { fake_reg, fake_dereg, &fb },
+        .max_entries = max_entries,
+        .max_bytes = max_bytes,
+        .max_deferred_bytes = 1u << 20,
+        .page_size = PG,
+        .remote_mask = RW | RR,
+        .local_super_mask = LW,
+        .remote_policy = pol,
+    };
+    CHECK(mrc_cache_init(&cache, &p) == 0);
+}
+
+static void setup(void)
+{
+    setup_with(1000, 1ull << 40, MRC_REMOTE_EXACT);
+}
+
+static struct mrc_entry *get(void *dom, uint64_t addr, uint64_t len, uint32_t access)
+{
+    struct mrc_entry *e = NULL;
+    int rc = mrc_cache_get(&cache, dom, addr, len, addr, access, &e);
+    CHECKF(rc == 0, "get(%#llx, %llu, %#x) = %d", (unsigned long long)addr, (unsigned long long)len, access, rc);
+    return e;
+}
+
+static struct fake_reg *reg_of(struct mrc_entry *e) { return e->reg; }
+
+static void test_hit_after_release(void)
+{
+    setup();
+    struct mrc_entry *e1 = get(&dom_a, 0x10000, 100, LW);
+    mrc_cache_put(&cache, e1);
+    struct mrc_entry *e2 = get(&dom_a, 0x10000, 100, LW);
+    CHECK(e2 == e1);
+    CHECK(fb.regs == 1 && fb.deregs == 0);
+    mrc_cache_put(&cache, e2);
+    CHECK(fb.live == 1);        /* lazy: still registered */
+}
+
+static void test_local_rounded_to_pages_and_subrange_hits(void)
+{
+    setup();
+    struct mrc_entry *e = get(&dom_a, 0x10010, 100, LW);
+    CHECK(mrc_entry_start(e) == 0x10000 && mrc_entry_len(e) == PG);
+    struct mrc_entry *e2 = get(&dom_a, 0x10800, 0x100, LW);   /* same page */
+    CHECK(e2 == e && fb.regs == 1);
+    mrc_cache_put(&cache, e);
+    mrc_cache_put(&cache, e2);
+}
+
+static void test_local_superset_serves_read_only_but_not_reverse(void)
+{
+    setup();
+    struct mrc_entry *w = get(&dom_a, 0x20000, PG, LW);
+    struct mrc_entry *r = get(&dom_a, 0x20000, PG, 0);
+    CHECK(r == w && fb.regs == 1);          /* read-only served by local-write */
+    mrc_cache_put(&cache, r);
+    mrc_cache_put(&cache, w);
+
+    setup();
+    struct mrc_entry *ro = get(&dom_a, 0x20000, PG, 0);
+    struct mrc_entry *rw = get(&dom_a, 0x20000, PG, LW);
+    CHECK(rw != ro && fb.regs == 2);        /* local-write never served by read-only */
+    CHECK(reg_of(rw)->access == LW);
+    mrc_cache_put(&cache, ro);
+    mrc_cache_put(&cache, rw);
+}
+
+static void test_remote_entry_never_serves_local_request(void)
+{
+    setup();
+    struct mrc_entry *rem = get(&dom_a, 0x30000, PG, LW | RW);
+    struct mrc_entry *loc = get(&dom_a, 0x30000, PG, LW);
+    CHECK(loc != rem && fb.regs == 2);
+    CHECK(!(reg_of(loc)->access & RW));     /* the local caller's key grants no remote write */
+    mrc_cache_put(&cache, rem);
+    mrc_cache_put(&cache, loc);
+}
+
+static void test_remote_exact_bytes_and_rights(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x40010, 1000, LW | RW);
+    CHECK(mrc_entry_start(a) == 0x40010 && mrc_entry_len(a) == 1000);   /* not rounded */
+    mrc_cache_put(&cache, a);
+    struct mrc_entry *same = get(&dom_a, 0x40010, 1000, LW | RW);
+    CHECK(same == a && fb.regs == 1);
+    struct mrc_entry *sub = get(&dom_a, 0x40020, 100, LW | RW);         /* inside, but not exact */
+    CHECK(sub != a);
+    struct mrc_entry *more = get(&dom_a, 0x40010, 1000, LW | RW | RR);  /* more rights */
+    CHECK(more != a);
+    struct mrc_entry *fewer = get(&dom_a, 0x40010, 1000, RR);           /* fewer rights */
+    CHECK(fewer != a && fewer != more);
+    CHECK(fb.regs == 4);
+    mrc_cache_put(&cache, same);
+    mrc_cache_put(&cache, sub);
+    mrc_cache_put(&cache, more);
+    mrc_cache_put(&cache, fewer);
+}
+
+static void test_remote_never_policy(void)
+{
+    setup_with(1000, 1ull << 40, MRC_REMOTE_NEVER);
+    struct mrc_entry *a = get(&dom_a, 0x40000, PG, LW | RW);
+    mrc_cache_put(&cache, a);
+    CHECK(fb.live == 0);                    /* rkey revoked at release */
+    struct mrc_entry *l = get(&dom_a, 0x40000, PG, LW);
+    mrc_cache_put(&cache, l);
+    CHECK(fb.live == 1);                    /* local ones still cached */
+}
+
+static void test_semantic_flag_must_match(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x50000, PG, LW | RLX);
+    struct mrc_entry *b = get(&dom_a, 0x50000, PG, LW);
+    CHECK(a != b && fb.regs == 2);
+    mrc_cache_put(&cache, a);
+    mrc_cache_put(&cache, b);
+}
+
+static void test_domain_and_iova_offset_in_key(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x60000, PG, LW);
+    struct mrc_entry *b = get(&dom_b, 0x60000, PG, LW);
+    CHECK(a != b && fb.regs == 2);
+    struct mrc_entry *z = NULL;
+    CHECK(mrc_cache_get(&cache, &dom_a, 0x60000, PG, 0x1000, LW, &z) == 0);
+    CHECK(z != a && reg_of(z)->iova == 0x1000 && reg_of(z)->addr == 0x60000);
+    struct mrc_entry *z2 = NULL;
+    CHECK(mrc_cache_get(&cache, &dom_a, 0x60000, PG, 0x1000, LW, &z2) == 0);
+    CHECK(z2 == z && fb.regs == 3);         /* same offset: a hit */
+    mrc_cache_put(&cache, a);
+    mrc_cache_put(&cache, b);
+    mrc_cache_put(&cache, z);
+    mrc_cache_put(&cache, z2);
+}
+
+static void test_merge_adjacent_and_overlapping(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x100000, PG, LW);
+    struct mrc_entry *b = get(&dom_a, 0x101000, PG, LW);      /* adjacent: merged */
+    CHECK(mrc_entry_start(b) == 0x100000 && mrc_entry_len(b) == 2 * PG);
+    CHECK(fb.regs == 2);
+    /* a left the tree but stays valid for its user. */
+    CHECK(reg_of(a)->live);
+    mrc_cache_put(&cache, a);
+    CHECK(!reg_of(a)->live && fb.live == 1);
+    struct mrc_entry *c2 = get(&dom_a, 0x100800, PG, LW);     /* inside the union: hit */
+    CHECK(c2 == b && fb.regs == 2);
+    mrc_cache_put(&cache, b);
+    mrc_cache_put(&cache, c2);
+    CHECK(cache.tree.count == 1);
+}
+
+static void test_no_merge_across_keys_or_remote(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x200000, PG, LW);
+    struct mrc_entry *b = get(&dom_b, 0x201000, PG, LW);
+    struct mrc_entry *c1 = get(&dom_a, 0x202000, PG, 0);
+    struct mrc_entry *r1 = get(&dom_a, 0x203000, PG, LW | RW);
+    struct mrc_entry *r2 = get(&dom_a, 0x204000, PG, LW | RW);
+    CHECK(mrc_entry_len(b) == PG && mrc_entry_len(c1) == PG);
+    CHECK(mrc_entry_len(r1) == PG && mrc_entry_len(r2) == PG);
+    CHECK(fb.regs == 5 && cache.tree.count == 5);
+    mrc_cache_put(&cache, a);
+    mrc_cache_put(&cache, b);
+    mrc_cache_put(&cache, c1);
+    mrc_cache_put(&cache, r1);
+    mrc_cache_put(&cache, r2);
+}
+
+static void test_limit_entries_evicts_lru(void)
+{
+    setup_with(3, 1ull << 40, MRC_REMOTE_EXACT);
+    /* Separate pages with gaps, so nothing merges. */
+    struct mrc_entry *e[4];
+    for (int i = 0; i < 3; i++)
+        e[i] = get(&dom_a, 0x1000000 + (uint64_t)i * 0x10000, PG, LW);
+    struct fake_reg *ra = reg_of(e[0]), *rb = reg_of(e[1]), *rc = reg_of(e[2]);
+    for (int i = 0; i < 3; i++)
+        mrc_cache_put(&cache, e[i]);
+    /* Touch A again: B becomes least recently used. */
+    mrc_cache_put(&cache, get(&dom_a, 0x1000000, PG, LW));
+    e[3] = get(&dom_a, 0x1030000, PG, LW);
+    CHECK(!rb->live && ra->live && rc->live);
+    CHECK(cache.tree.count == 3);
+    mrc_cache_put(&cache, e[3]);
+}
+
+static void test_limit_never_evicts_in_use(void)
+{
+    setup_with(2, 1ull << 40, MRC_REMOTE_EXACT);
+    struct mrc_entry *a = get(&dom_a, 0x1000000, PG, LW);
+    struct mrc_entry *b = get(&dom_a, 0x1100000, PG, LW);
+    struct mrc_entry *c1 = get(&dom_a, 0x1200000, PG, LW);
+    CHECK(reg_of(a)->live && reg_of(b)->live && reg_of(c1)->live);
+    CHECK(fb.deregs == 0);
+    mrc_cache_put(&cache, a);
+    mrc_cache_put(&cache, b);
+    mrc_cache_put(&cache, c1);
+    struct mrc_entry *d = get(&dom_a, 0x1300000, PG, LW);
+    CHECK(cache.tree.count <= 2);
+    mrc_cache_put(&cache, d);
+}
+
+static void test_limit_bytes(void)
+{
+    setup_with(1000, 3 * PG, MRC_REMOTE_EXACT);
+    for (int i = 0; i < 5; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0x2000000 + (uint64_t)i * 0x10000, PG, LW));
+    CHECK(cache.tree_bytes <= 3 * PG);
+    CHECK(fb.live_bytes <= 3 * PG);
+    CHECK(fb.deregs == 2);
+}
+
+static void test_enomem_evicts_and_retries(void)
+{
+    setup();
+    fb.limit_bytes = 4 * PG;
+    for (int i = 0; i < 4; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0x3000000 + (uint64_t)i * 0x10000, PG, LW));
+    CHECK(fb.live == 4);
+    /* The back-end is full of idle cached entries: a fifth must still succeed. */
+    struct mrc_entry *e = get(&dom_a, 0x3100000, 2 * PG, LW);
+    CHECK(e != NULL);
+    CHECK(fb.live_bytes <= 4 * PG);
+    struct mrc_cache_gauges g;
+    mrc_cache_get_gauges(&cache, &g);
+    CHECK(g.bytes == fb.live_bytes);
+    if (e)
+        mrc_cache_put(&cache, e);
+}
+
+static void test_enomem_with_all_in_use_fails(void)
+{
+    setup();
+    fb.limit_bytes = 2 * PG;
+    struct mrc_entry *a = get(&dom_a, 0x3000000, 2 * PG, LW);
+    struct mrc_entry *b = NULL;
+    CHECK(mrc_cache_get(&cache, &dom_a, 0x3100000, PG, 0x3100000, LW, &b) == -ENOMEM);
+    CHECK(reg_of(a)->live);
+    mrc_cache_put(&cache, a);
+}
+
+static void test_backend_error_passes_through(void)
+{
+    setup();
+    fb.fail_errno = EACCES;
+    struct mrc_entry *e = NULL;
+    CHECK(mrc_cache_get(&cache, &dom_a, 0x10000, PG, 0x10000, LW, &e) == -EACCES);
+    fb.fail_errno = 0;
+    CHECK(mrc_cache_get(&cache, &dom_a, 0x10000, 0, 0x10000, LW, &e) == -EINVAL);
+}
+
+static void test_invalidate_idle_defers_and_never_calls_backend(void)
+{
+    setup();
+    for (int i = 0; i < 8; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0x4000000 + (uint64_t)i * 0x10000, PG, LW));
+    fb.forbidden = 1;
+    mrc_cache_invalidate(&cache, 0x4000000, 0x80000, MRC_INVAL_MUNMAP);
+    fb.forbidden = 0;
+    CHECK(fb.forbidden_calls == 0);
+    CHECK(cache.tree.count == 0);
+    CHECK(cache.ndeferred == 8 && fb.live == 8);
+    mrc_cache_drain(&cache);
+    CHECK(fb.live == 0 && cache.ndeferred == 0);
+}
+
+static void test_invalidate_then_lookup_misses(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x5000000, 4 * PG, LW);
+    mrc_cache_put(&cache, a);
+    struct fake_reg *old = reg_of(a);
+    mrc_cache_invalidate(&cache, 0x5002000, 1, MRC_INVAL_MADVISE);   /* one byte inside */
+    struct mrc_entry *b = get(&dom_a, 0x5000000, 4 * PG, LW);
+    CHECK(reg_of(b) != old && fb.regs == 2);
+    CHECK(!old->live);          /* the next call drained it */
+    mrc_cache_put(&cache, b);
+}
+
+static void test_invalidate_in_use_deregisters_at_last_release(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x6000000, PG, LW);
+    struct mrc_entry *a2 = get(&dom_a, 0x6000000, PG, LW);
+    CHECK(a == a2);
+    mrc_cache_invalidate(&cache, 0x6000000, PG, MRC_INVAL_MUNMAP);
+    CHECK(reg_of(a)->live && cache.ndeferred == 0);
+    mrc_cache_put(&cache, a);
+    CHECK(reg_of(a)->live);
+    mrc_cache_put(&cache, a2);
+    CHECK(!reg_of(a2)->live && fb.deregs == 1);
+}
+
+static void test_invalidate_outside_and_at_top_of_space(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x7000000, PG, LW);
+    mrc_cache_put(&cache, a);
+    mrc_cache_invalidate(&cache, 0x7001000, PG, MRC_INVAL_MUNMAP);    /* adjacent, not overlapping */
+    mrc_cache_invalidate(&cache, 0x6fff000, PG, MRC_INVAL_MUNMAP);
+    CHECK(cache.tree.count == 1);
+    struct mrc_entry *top = get(&dom_a, UINT64_MAX - PG + 1, PG, LW);
+    CHECK(top && mrc_entry_start(top) == UINT64_MAX - PG + 1 && top->node.last == UINT64_MAX);
+    mrc_cache_put(&cache, top);
+    mrc_cache_invalidate(&cache, UINT64_MAX - 10, 100, MRC_INVAL_MUNMAP);   /* wraps: clamped */
+    CHECK(cache.tree.count == 1);
+    mrc_cache_drain(&cache);
+    CHECK(fb.live == 1);
+}
+
+static void test_deferred_drained_by_next_call(void)
+{
+    setup();
+    for (int i = 0; i < 20; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0x8000000 + (uint64_t)i * 0x10000, PG, LW));
+    mrc_cache_invalidate(&cache, 0x8000000, 0x200000, MRC_INVAL_MUNMAP);
+    CHECK(cache.ndeferred == 20 && cache.deferred_bytes == 20 * PG);
+    struct mrc_entry *e = get(&dom_b, 0x9000000, PG, LW);     /* any later call */
+    CHECK(cache.ndeferred == 0 && fb.live == 1);
+    mrc_cache_put(&cache, e);
+}
+
+static int match_domain(const struct mrc_entry *e, void *arg) { return e->domain == arg; }
+
+static void test_flush_by_domain(void)
+{
+    setup();
+    mrc_cache_put(&cache, get(&dom_a, 0xa000000, PG, LW));
+    mrc_cache_put(&cache, get(&dom_b, 0xa100000, PG, LW));
+    struct mrc_entry *busy = get(&dom_a, 0xa200000, PG, LW);
+    uint64_t left = mrc_cache_flush(&cache, match_domain, &dom_a);
+    CHECK(left == 1);                       /* the in-use one stays */
+    CHECK(fb.live == 2 && reg_of(busy)->live);
+    mrc_cache_put(&cache, busy);
+    CHECK(mrc_cache_flush(&cache, match_domain, &dom_a) == 0);
+    CHECK(fb.live == 1);                    /* dom_b untouched */
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECK(fb.live == 0);
+}
+
+static void test_forget_never_deregisters(void)
+{
+    setup();
+    mrc_cache_put(&cache, get(&dom_a, 0xb000000, PG, LW));
+    struct mrc_entry *held = get(&dom_a, 0xb100000, PG, LW);
+    (void)held;
+    mrc_cache_forget(&cache);
+    CHECK(fb.deregs == 0);
+    CHECK(cache.tree.count == 0);
+    struct mrc_entry *e = get(&dom_a, 0xb000000, PG, LW);   /* registers anew */
+    CHECK(fb.regs == 3);
+    mrc_cache_put(&cache, e);
+}
+
+static void test_gauges_and_stats(void)
+{
+    setup();
+    mrc_stats_reset();
+    struct mrc_entry *a = get(&dom_a, 0xc000000, 2 * PG, LW);
+    mrc_cache_put(&cache, a);
+    mrc_cache_put(&cache, get(&dom_a, 0xc000000, PG, LW));
+    struct mrc_stats_block s;
+    mrc_stats_sum(&s);
+    CHECK(s.v[MRC_STAT_REQUESTS] == 2 && s.v[MRC_STAT_HITS] == 1 && s.v[MRC_STAT_MISSES] == 1);
+    CHECK(s.v[MRC_STAT_REAL_REGS] == 1);
+    struct mrc_cache_gauges g;
+    mrc_cache_get_gauges(&cache, &g);
+    CHECK(g.entries == 1 && g.bytes == 2 * PG && g.bytes_peak == 2 * PG && g.tree_entries == 1);
+    mrc_cache_invalidate(&cache, 0xc000000, PG, MRC_INVAL_BRK);
+    mrc_stats_sum(&s);
+    CHECK(s.v[MRC_STAT_INVALIDATED] == 1 && s.v[MRC_STAT_INVAL_BASE + MRC_INVAL_BRK] == 1);
+}
+
+/* ---- threads ---- */
+
+#define STRESS_THREADS 3
+#define STRESS_SLOTS 64
+#ifndef STRESS_OPS
+#define STRESS_OPS 200000
+#endif
+
+/* Each slot's "mapping generation" models its pages: the invalidator does what an
+ * unmap hook does (invalidate, unmap = bump the generation, invalidate again if a miss
+ * was registering), then publishes the generation as done. A registration remembers the
+ * generations it pinned; an entry handed out with a generation older than one that was
+ * done before the request began is a stale registration. */
+static uint64_t slot_gen[STRESS_SLOTS];
+static uint64_t done_gen[STRESS_SLOTS];
+static uint64_t stress_violations;
+
+struct stress_reg {
+    struct fake_reg fr;         /* first: the fake back-end's record */
+    uint64_t gen[STRESS_SLOTS];
+};
+
+static int stress_reg_fn(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
+                         uint32_t access, void **out)
+{
+    struct fake_reg *fr;
+    int rc = fake_reg(ctx, domain, addr, len, iova, access, (void **)&fr);
+    if (rc)
+        return rc;
+    struct stress_reg *r = calloc(1, sizeof(*r));
+    r->fr = *fr;
+    fr->live = 0;               /* replaced by r */
+    uint64_t s0 = (addr - 0x10000000) / PG;
+    for (uint64_t s = s0; s < s0 + len / PG && s < STRESS_SLOTS; s++)
+        r->gen[s] = __atomic_load_n(&slot_gen[s], __ATOMIC_SEQ_CST);
+    /* A real registration takes microseconds after pinning: widen that window. */
+    sched_yield();
+    *out = r;
+    return 0;
+}
+
+static void *stress_user(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    for (int i = 0; i < STRESS_OPS; i++) {
+        unsigned s = (unsigned)rand_r(&seed) % STRESS_SLOTS;
+        struct mrc_entry *e = NULL;
+        uint64_t before = __atomic_load_n(&done_gen[s], __ATOMIC_SEQ_CST);
+        if (mrc_cache_get(&cache, &dom_a, 0x10000000 + (uint64_t)s * PG, PG, 0x10000000 + (uint64_t)s * PG,
+                          LW, &e) != 0)
+            continue;
+        struct stress_reg *r = e->reg;
+        if (r->gen[s] < before)
+            __atomic_fetch_add(&stress_violations, 1, __ATOMIC_RELAXED);
+        mrc_cache_put(&cache, e);
+    }
+    return NULL;
+}
+
+static int stress_stop;
+
+static void *stress_invalidator(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    while (!__atomic_load_n(&stress_stop, __ATOMIC_SEQ_CST)) {
+        unsigned s = (unsigned)rand_r(&seed) % STRESS_SLOTS;
+        unsigned n = 1 + (unsigned)rand_r(&seed) % 4;
+        if (s + n > STRESS_SLOTS)
+            n = STRESS_SLOTS - s;
+        uint64_t addr = 0x10000000 + (uint64_t)s * PG, len = (uint64_t)n * PG;
+        uint64_t ticket = mrc_cache_unmap_begin(&cache, addr, len, MRC_INVAL_MUNMAP);
+        for (unsigned k = s; k < s + n; k++)
+            __atomic_fetch_add(&slot_gen[k], 1, __ATOMIC_SEQ_CST);
+        mrc_cache_unmap_done(&cache, ticket, addr, len, MRC_INVAL_MUNMAP);
+        for (unsigned k = s; k < s + n; k++)
+            __atomic_store_n(&done_gen[k], __atomic_load_n(&slot_gen[k], __ATOMIC_SEQ_CST), __ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
+
+static int stress_dereg_fn(void *ctx, void *reg)
+{
+    struct stress_reg *r = reg;
+    return fake_dereg(ctx, &r->fr);
+}
+
+static void test_threads_never_return_invalidated(void)
+{
+    fake_init(&fb);
+    struct mrc_cache_params p = {
+        .ops = { stress_reg_fn, stress_dereg_fn, &fb },
+        .max_entries = 48, .max_bytes = 1ull << 40, .max_deferred_bytes = 1u << 20,
+        .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
+    };
+    CHECK(mrc_cache_init(&cache, &p) == 0);
+    pthread_t u[STRESS_THREADS], inv;
+    stress_stop = 0;
+    pthread_create(&inv, NULL, stress_invalidator, (void *)7);
+    for (uintptr_t i = 0; i < STRESS_THREADS; i++)
+        pthread_create(&u[i], NULL, stress_user, (void *)(i + 1));
+    for (int i = 0; i < STRESS_THREADS; i++)
+        pthread_join(u[i], NULL);
+    __atomic_store_n(&stress_stop, 1, __ATOMIC_SEQ_CST);
+    pthread_join(inv, NULL);
+    CHECKF(stress_violations == 0, "%llu stale entries returned", (unsigned long long)stress_violations);
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECKF(fb.live == 0, "%llu registrations left after flush", (unsigned long long)fb.live);
+    CHECK(fb.forbidden_calls == 0);
+}
+
+int main(void)
+{
+    RUN(test_hit_after_release);
+    RUN(test_local_rounded_to_pages_and_subrange_hits);
+    RUN(test_local_superset_serves_read_only_but_not_reverse);
+    RUN(test_remote_entry_never_serves_local_request);
+    RUN(test_remote_exact_bytes_and_rights);
+    RUN(test_remote_never_policy);
+    RUN(test_semantic_flag_must_match);
+    RUN(test_domain_and_iova_offset_in_key);
+    RUN(test_merge_adjacent_and_overlapping);
+    RUN(test_no_merge_across_keys_or_remote);
+    RUN(test_limit_entries_evicts_lru);
+    RUN(test_limit_never_evicts_in_use);
+    RUN(test_limit_bytes);
+    RUN(test_enomem_evicts_and_retries);
+    RUN(test_enomem_with_all_in_use_fails);
+    RUN(test_backend_error_passes_through);
+    RUN(test_invalidate_idle_defers_and_never_calls_backend);
+    RUN(test_invalidate_then_lookup_misses);
+    RUN(test_invalidate_in_use_deregisters_at_last_release);
+    RUN(test_invalidate_outside_and_at_top_of_space);
+    RUN(test_deferred_drained_by_next_call);
+    RUN(test_flush_by_domain);
+    RUN(test_forget_never_deregisters);
+    RUN(test_gauges_and_stats);
+    RUN(test_threads_never_return_invalidated);
+    CHECK_EXIT();
+}
