@@ -8,9 +8,10 @@ set -euo pipefail
 
 usage() {
     cat <<EOF
-Usage: vm-build.sh [-o DIR] [-l LIB] [PROGRAM...]
+Usage: vm-build.sh [-o DIR] [-l LIB] [-p PRELOAD_TEST]... [PROGRAM...]
   -o DIR   cache/output directory (default \$VM_DIR or build/vm)
   -l LIB   libmrcache.so to copy into the guest as /vm/lib/libmrcache.so (default build/libmrcache.so)
+  -p PROG  a project test program the guest runs under the preload against rxe (/vm/preload-tests)
   PROGRAM  test programs copied into the guest's /vm/bin
 Environment: VM_KERNEL_DEB=/path/linux-image-*.deb uses that package instead of apt-get download.
 Output: DIR/vmlinux DIR/base.cpio.gz DIR/payload.cpio.gz DIR/initrd.img (base + payload)
@@ -20,10 +21,12 @@ EOF
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${VM_DIR:-build/vm}
 lib=build/libmrcache.so
-while getopts "o:l:h" opt; do
+ptests=()
+while getopts "o:l:p:h" opt; do
     case "$opt" in
         o) out=$OPTARG ;;
         l) lib=$OPTARG ;;
+        p) ptests+=("$OPTARG") ;;
         h) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
     esac
@@ -197,10 +200,11 @@ fi
 # ---------------------------------------------------------------- payload
 # Our own files: small, so the key is simply the hash of their contents and names.
 guest_scripts=("$here/test/vm/guest-init.sh" "$here/test/vm/guest-tests.sh")
-payload_inputs=("${guest_scripts[@]}" "${progs[@]}")
+payload_inputs=("${guest_scripts[@]}" "${progs[@]}" "${ptests[@]}")
 [ -e "$lib" ] && payload_inputs+=("$lib")
 payload_key=$( {
     echo "$base_key"
+    echo "preload-tests: ${ptests[*]}"
     for f in "${payload_inputs[@]}"; do
         [ -f "$f" ] || die "missing payload input: $f"
         echo "$(basename "$f") $(sha256sum <"$f" | cut -d' ' -f1)"
@@ -216,10 +220,11 @@ fi
 tmp=$(mktemp -d "$out/payload.tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 root=$tmp/root
-mkdir -p "$root/vm/bin" "$root/vm/lib"
+mkdir -p "$root/vm/bin" "$root/vm/lib" "$root/vm/preload-tests"
 install -m 0755 "$here/test/vm/guest-init.sh" "$root/init"
 install -m 0755 "$here/test/vm/guest-tests.sh" "$root/vm/guest-tests.sh"
 for p in "${progs[@]}"; do install -m 0755 "$p" "$root/vm/bin/"; done
+for p in "${ptests[@]}"; do install -m 0755 "$p" "$root/vm/preload-tests/"; done
 if [ -e "$lib" ]; then
     install -m 0755 "$lib" "$root/vm/lib/libmrcache.so"
 else
@@ -229,7 +234,7 @@ else
 fi
 # Libraries our programs or libmrcache.so need beyond the base (e.g. a new dependency).
 skip_list=$out/base.files
-extra=("${progs[@]}")
+extra=("${progs[@]}" "${ptests[@]}")
 [ -e "$lib" ] && extra+=("$lib")
 if [ ${#extra[@]} -gt 0 ]; then
     copy_closure "$tmp/extra" "${extra[@]}"

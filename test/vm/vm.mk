@@ -8,6 +8,9 @@ VM_TIMEOUT ?= 600
 VM_TESTS   ?= all
 VM_BIN     := $(BUILD)/test/vm
 VM_PROGS   := $(VM_BIN)/vm_stale_mr $(VM_BIN)/vm_regcost
+# Project test programs (e.g. from test/preload/) the guest also runs under the preload
+# against rxe; they must use the system libibverbs, not the software NIC.
+VM_PRELOAD_TESTS ?=
 
 $(VM_BIN)/%: test/vm/%.c test/vm/vm_verbs.h test/check.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
@@ -15,8 +18,8 @@ $(VM_BIN)/%: test/vm/%.c test/vm/vm_verbs.h test/check.h | $(DEPS_STAMP)
 
 vm-progs: $(VM_PROGS)
 
-vm-test: $(LIB) $(VM_PROGS)
-	scripts/vm-build.sh -o $(VM_DIR) -l $(LIB) $(VM_PROGS)
+vm-test: $(LIB) $(VM_PROGS) $(VM_PRELOAD_TESTS)
+	scripts/vm-build.sh -o $(VM_DIR) -l $(LIB) $(addprefix -p ,$(VM_PRELOAD_TESTS)) $(VM_PROGS)
 	@scripts/run-tests.sh -- "scripts/vm-run.sh -d $(VM_DIR) -t $(VM_TIMEOUT) -T '$(VM_TESTS)'"
 
 .PHONY: vm-progs
