@@ -145,3 +145,10 @@ void mrc_stats_reset(void)
     zero_block(&shared_block);
     pthread_mutex_unlock(&blocks_lock);
 }
+
+void mrc_stats_child_reset(void)
+{
+    /* Another thread may have held the lock at fork: it does not exist here. */
+    pthread_mutex_init(&blocks_lock, NULL);
+    mrc_stats_reset();
+}

@@ -79,7 +79,10 @@ static inline void mrc_hist_add(enum mrc_hist h, uint64_t len, uint64_t n)
 /* Sums every thread's block into out (a snapshot; concurrent counts may or may not be in). */
 void mrc_stats_sum(struct mrc_stats_block *out);
 
-/* Zeroes every block (tests, and a forked child that starts its own account). */
+/* Zeroes every block (tests). */
 void mrc_stats_reset(void);
+
+/* In a forked child: a fresh lock, and an account of its own. */
+void mrc_stats_child_reset(void);
 
 #endif

@@ -1,0 +1,241 @@
+/* mr.c - per-call MR handles over shared cached registrations.
+ * Invariants: every successful registration returns its own handle (struct ibv_mr first,
+ * so the caller's pointer is the handle) carrying the caller's addr and length and the
+ * shared keys; a handle is ours iff it lies in the handle pool and is marked live;
+ * foreign MRs (made before we were ready, dmabuf, ODP, ...) pass through untouched; a
+ * forked child never deregisters a handle made by its parent. */
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <string.h>
+
+#include "backend/mr.h"
+#include "backend/verbs_ops.h"
+#include "interpose/real.h"
+#include "interpose/state.h"
+#include "util/log.h"
+#include "util/stats.h"
+
+#define HANDLE_LIVE 0x4d52434c   /* "MRCL" */
+#define HANDLE_FREE 0x66726565
+
+struct mrc_handle {
+    struct ibv_mr mr;            /* what the caller holds: first */
+    uint32_t magic;
+    uint32_t fork_gen;
+    uint32_t access;             /* as the caller asked, for rereg */
+    struct mrc_entry *entry;     /* the cached registration, or NULL ... */
+    struct ibv_mr *priv;         /* ... for a private one (after rereg) */
+    uint64_t iova;
+    struct mrc_handle *next_free;
+};
+
+/* A few free handles per thread, so that hits on different threads share no lock. */
+#define TLS_HANDLES 32
+static __thread struct mrc_handle *tls_free;
+static __thread unsigned tls_nfree;
+static __thread int tls_in_reg;   /* re-entry from libibverbs (reg_mr -> iova2@plt) */
+
+void mrc_mr_init(void)
+{
+    mrc_pool_init(&mrc_g.handles, sizeof(struct mrc_handle), 1);
+}
+
+static struct mrc_handle *handle_alloc(void)
+{
+    struct mrc_handle *h = tls_free;
+    if (h) {
+        tls_free = h->next_free;
+        tls_nfree--;
+        memset(h, 0, sizeof(*h));
+        return h;
+    }
+    return mrc_pool_get(&mrc_g.handles);
+}
+
+static void handle_free(struct mrc_handle *h)
+{
+    __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_RELEASE);
+    if (tls_nfree < TLS_HANDLES) {
+        h->next_free = tls_free;
+        tls_free = h;
+        tls_nfree++;
+        return;
+    }
+    mrc_pool_put(&mrc_g.handles, h);
+}
+
+/* Our live handle, or NULL for an MR that is not ours. */
+static struct mrc_handle *handle_of(struct ibv_mr *mr)
+{
+    if (!mrc_pool_owns(&mrc_g.handles, mr))
+        return NULL;
+    return (struct mrc_handle *)mr;
+}
+
+static struct ibv_mr *passthrough_reg(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+                                      unsigned int access)
+{
+    mrc_stat_add(MRC_STAT_UNCACHED, 1);
+    return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
+}
+
+struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
+{
+    if (mrc_real_resolve_verbs()) {
+        errno = ENOSYS;
+        return NULL;
+    }
+    if (!mrc_ready() || !mrc_g.cfg.enable || tls_in_reg)
+        return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
+    if (!pd || !addr || !len || !mrc_verbs_cacheable(access))
+        return passthrough_reg(pd, addr, len, iova, access);
+    mrc_on_first_registration();
+
+    struct mrc_handle *h = handle_alloc();
+    if (!h) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    struct mrc_entry *e;
+    tls_in_reg = 1;
+    int rc = mrc_cache_get(&mrc_g.cache, pd, (uintptr_t)addr, len, iova, access, &e);
+    tls_in_reg = 0;
+    if (rc) {
+        handle_free(h);
+        errno = -rc;
+        return NULL;
+    }
+    struct ibv_mr *real = e->reg;
+    h->mr.context = real->context;
+    h->mr.pd = real->pd;
+    h->mr.addr = addr;
+    h->mr.length = len;
+    h->mr.handle = real->handle;
+    h->mr.lkey = real->lkey;
+    h->mr.rkey = real->rkey;
+    h->access = access;
+    h->iova = iova;
+    h->entry = e;
+    h->fork_gen = mrc_g.fork_gen;
+    __atomic_store_n(&h->magic, HANDLE_LIVE, __ATOMIC_RELEASE);
+    return &h->mr;
+}
+
+struct ibv_mr *mrc_on_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
+                                    int access)
+{
+    if (mrc_real_resolve_verbs() || !mrc_real.reg_dmabuf_mr) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    /* Device memory: no pages of ours to watch, so never cached. */
+    if (mrc_ready())
+        mrc_stat_add(MRC_STAT_UNCACHED, 1);
+    return mrc_real.reg_dmabuf_mr(pd, offset, len, iova, fd, access);
+}
+
+int mrc_on_dereg_mr(struct ibv_mr *mr)
+{
+    if (!mr)
+        return EINVAL;
+    if (mrc_real_resolve_verbs())
+        return ENOSYS;
+    struct mrc_handle *h = handle_of(mr);
+    if (!h)
+        return mrc_real.dereg_mr(mr);
+    uint32_t live = HANDLE_LIVE;
+    if (!__atomic_compare_exchange_n(&h->magic, &live, HANDLE_FREE, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return EINVAL;          /* deregistered already: never touch it twice */
+    if (h->fork_gen != mrc_g.fork_gen) {
+        /* Made by our parent before fork: its registration shares the device file with
+         * the parent, which still uses it. Forget the handle, touch nothing. */
+        handle_free(h);
+        return 0;
+    }
+    if (h->entry) {
+        mrc_cache_put(&mrc_g.cache, h->entry);
+        mrc_stat_add(MRC_STAT_RELEASES, 1);
+    } else {
+        int rc = mrc_real.dereg_mr(h->priv);
+        if (rc) {
+            __atomic_store_n(&h->magic, HANDLE_LIVE, __ATOMIC_RELEASE);
+            return rc;
+        }
+    }
+    handle_free(h);
+    return 0;
+}
+
+static void copy_mr_fields(struct mrc_handle *h, const struct ibv_mr *real)
+{
+    h->mr.context = real->context;
+    h->mr.pd = real->pd;
+    h->mr.addr = real->addr;
+    h->mr.length = real->length;
+    h->mr.handle = real->handle;
+    h->mr.lkey = real->lkey;
+    h->mr.rkey = real->rkey;
+}
+
+int mrc_on_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+    if (!mr)
+        return IBV_REREG_MR_ERR_INPUT;
+    if (mrc_real_resolve_verbs() || !mrc_real.rereg_mr)
+        return IBV_REREG_MR_ERR_INPUT;
+    struct mrc_handle *h = handle_of(mr);
+    if (!h)
+        return mrc_real.rereg_mr(mr, flags, pd, addr, len, access);
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE || h->fork_gen != mrc_g.fork_gen)
+        return IBV_REREG_MR_ERR_INPUT;
+    if (h->entry) {
+        /* A cached registration is shared: changing it would change every other
+         * holder's MR. The handle gets a registration of its own first, exactly what
+         * its caller asked for, and the rereg applies to that one. */
+        struct ibv_mr *priv = mrc_real.reg_mr_iova2(h->mr.pd, h->mr.addr, h->mr.length, h->iova, h->access);
+        if (!priv)
+            return IBV_REREG_MR_ERR_CMD;
+        int rc = mrc_real.rereg_mr(priv, flags, pd, addr, len, access);
+        if (rc) {
+            mrc_real.dereg_mr(priv);
+            return rc;
+        }
+        mrc_cache_put(&mrc_g.cache, h->entry);
+        h->entry = NULL;
+        h->priv = priv;
+        copy_mr_fields(h, priv);
+        return 0;
+    }
+    int rc = mrc_real.rereg_mr(h->priv, flags, pd, addr, len, access);
+    copy_mr_fields(h, h->priv);
+    return rc;
+}
+
+static int match_pd(const struct mrc_entry *e, void *pd)
+{
+    return e->domain == pd;
+}
+
+static int match_context(const struct mrc_entry *e, void *ctx)
+{
+    return ((struct ibv_mr *)e->reg)->context == ctx;
+}
+
+int mrc_on_dealloc_pd(struct ibv_pd *pd)
+{
+    if (mrc_real_resolve_verbs())
+        return ENOSYS;
+    /* Idle cached MRs would make the pd busy where the program has released them all. */
+    if (mrc_ready())
+        mrc_cache_flush(&mrc_g.cache, match_pd, pd);
+    return mrc_real.dealloc_pd(pd);
+}
+
+int mrc_on_close_device(struct ibv_context *ctx)
+{
+    if (mrc_real_resolve_verbs())
+        return ENOSYS;
+    if (mrc_ready())
+        mrc_cache_flush(&mrc_g.cache, match_context, ctx);
+    return mrc_real.close_device(ctx);
+}

@@ -1,0 +1,47 @@
+/* verbs_ops.c - registers and deregisters through the real libibverbs entry points, and
+ * says which access flags grant remote rights. Invariant: calls only real functions,
+ * never our own hooks (no double counting, no recursion into the cache). */
+#include <errno.h>
+#include <infiniband/verbs.h>
+
+#include "backend/verbs_ops.h"
+#include "interpose/real.h"
+
+static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
+                     uint32_t access, void **reg)
+{
+    (void)ctx;
+    errno = 0;
+    struct ibv_mr *mr = mrc_real.reg_mr_iova2(domain, (void *)(uintptr_t)addr, len, iova, access);
+    if (!mr)
+        return errno ? -errno : -EINVAL;
+    *reg = mr;
+    return 0;
+}
+
+static int verbs_dereg(void *ctx, void *reg)
+{
+    (void)ctx;
+    int rc = mrc_real.dereg_mr(reg);
+    return rc ? -rc : 0;
+}
+
+const struct mrc_cache_ops mrc_verbs_ops = { verbs_reg, verbs_dereg, NULL };
+
+uint32_t mrc_verbs_remote_mask(void)
+{
+    /* Everything a peer can use an rkey for; MW_BIND lets it be delegated. */
+    return IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+           IBV_ACCESS_MW_BIND;
+}
+
+uint32_t mrc_verbs_local_super_mask(void)
+{
+    return IBV_ACCESS_LOCAL_WRITE;
+}
+
+int mrc_verbs_cacheable(unsigned int access)
+{
+    /* ODP pins nothing (faults pages in), zero-based changes the address space. */
+    return !(access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED));
+}

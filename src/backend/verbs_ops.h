@@ -1,0 +1,17 @@
+/* verbs_ops.h - the cache's back-end over libibverbs: registration through the real
+ * ibv_reg_mr_iova2, deregistration through the real ibv_dereg_mr. */
+#ifndef MRC_VERBS_OPS_H
+#define MRC_VERBS_OPS_H
+
+#include "core/cache.h"
+
+extern const struct mrc_cache_ops mrc_verbs_ops;
+
+/* Access bits: remote ones (matched exactly) and those a local request may get more of. */
+uint32_t mrc_verbs_remote_mask(void);
+uint32_t mrc_verbs_local_super_mask(void);
+
+/* Whether a registration with these access flags can be cached at all. */
+int mrc_verbs_cacheable(unsigned int access);
+
+#endif

@@ -1,0 +1,59 @@
+/* hooks_malloc.c - the exported allocator functions that can give memory back to the
+ * kernel; each forwards to monitor/glibc_heap.c, which calls the next allocator in the
+ * chain (glibc's, or one preloaded after us). malloc and calloc are not interposed:
+ * they never unmap, and interposing them would only tax every allocation. */
+#include <malloc.h>
+#include <stdlib.h>
+
+#include "interpose/export.h"
+#include "monitor/glibc_heap.h"
+
+MRC_EXPORT void free(void *p)
+{
+    mrc_on_free(p);
+}
+
+MRC_EXPORT void *realloc(void *p, size_t n)
+{
+    return mrc_on_realloc(p, n);
+}
+
+MRC_EXPORT void *reallocarray(void *p, size_t n, size_t size)
+{
+    return mrc_on_reallocarray(p, n, size);
+}
+
+MRC_EXPORT int posix_memalign(void **out, size_t align, size_t size)
+{
+    return mrc_on_posix_memalign(out, align, size);
+}
+
+MRC_EXPORT void *aligned_alloc(size_t align, size_t size)
+{
+    return mrc_on_aligned_alloc(align, size);
+}
+
+MRC_EXPORT void *memalign(size_t align, size_t size)
+{
+    return mrc_on_memalign(align, size);
+}
+
+MRC_EXPORT void *valloc(size_t size)
+{
+    return mrc_on_valloc(size);
+}
+
+MRC_EXPORT void *pvalloc(size_t size)
+{
+    return mrc_on_pvalloc(size);
+}
+
+MRC_EXPORT int malloc_trim(size_t pad)
+{
+    return mrc_on_malloc_trim(pad);
+}
+
+MRC_EXPORT int mallopt(int param, int value)
+{
+    return mrc_on_mallopt(param, value);
+}

@@ -1,0 +1,95 @@
+/* hooks_mem.c - the exported munmap family; each forwards to monitor/monitor.c. Before
+ * the real functions are known (a call during our own symbol lookup) the kernel is
+ * asked directly, so nothing here can recurse or fail for want of a pointer. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "interpose/export.h"
+#include "interpose/real.h"
+#include "monitor/monitor.h"
+
+static long raw_result(long r)
+{
+    if (r < 0 && r > -4096) {
+        errno = (int)-r;
+        return -1;
+    }
+    return r;
+}
+
+MRC_EXPORT int munmap(void *addr, size_t len)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.munmap)
+        return (int)raw_result(syscall(SYS_munmap, addr, len));
+    return mrc_on_munmap(addr, len);
+}
+
+MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.mmap)
+        return (void *)raw_result(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+    return mrc_on_mmap(addr, len, prot, flags, fd, off);
+}
+
+MRC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    return mmap(addr, len, prot, flags, fd, off);
+}
+
+MRC_EXPORT void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
+{
+    void *new_addr = NULL;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        new_addr = va_arg(ap, void *);
+        va_end(ap);
+    }
+    if (!mrc_real_ensure_libc() || !mrc_real.mremap)
+        return (void *)raw_result(syscall(SYS_mremap, old, old_size, new_size, flags, new_addr));
+    return mrc_on_mremap(old, old_size, new_size, flags, new_addr);
+}
+
+MRC_EXPORT int madvise(void *addr, size_t len, int advice)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.madvise)
+        return (int)raw_result(syscall(SYS_madvise, addr, len, advice));
+    return mrc_on_madvise(addr, len, advice);
+}
+
+MRC_EXPORT void *shmat(int id, const void *addr, int flags)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.shmat)
+        return (void *)raw_result(syscall(SYS_shmat, id, addr, flags));
+    return mrc_on_shmat(id, addr, flags);
+}
+
+MRC_EXPORT int shmdt(const void *addr)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.shmdt)
+        return (int)raw_result(syscall(SYS_shmdt, addr));
+    return mrc_on_shmdt(addr);
+}
+
+MRC_EXPORT int brk(void *addr)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.brk) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return mrc_on_brk(addr);
+}
+
+MRC_EXPORT void *sbrk(intptr_t incr)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.sbrk) {
+        errno = ENOMEM;
+        return (void *)-1;
+    }
+    return mrc_on_sbrk(incr);
+}

@@ -1,0 +1,148 @@
+/* init.c - start-up, fork and exit. The constructor reads the configuration, resolves
+ * libc's functions and prepares the cache; nothing touches libibverbs until a
+ * registration arrives. Exit (an atexit handler, which runs before any library's
+ * destructor) deregisters idle entries while libibverbs is still loaded and dumps the
+ * statistics. Invariants: init is idempotent and re-entrant calls pass through (the
+ * state is 'initialising' before any call that could re-enter); a forked child forgets
+ * the parent's cache without deregistering anything. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/mr.h"
+#include "backend/verbs_ops.h"
+#include "interpose/real.h"
+#include "interpose/state.h"
+#include "monitor/glibc_heap.h"
+#include "util/log.h"
+#include "util/report.h"
+
+struct mrc_state mrc_g;
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static const char *monitor_name(void)
+{
+    if (!mrc_g.watch_unmaps)
+        return "none (unsafe)";
+    return mrc_g.watch_malloc ? "preload+malloc" : "preload";
+}
+
+static void dump_stats(int at_exit)
+{
+    const char *dest = mrc_g.cfg.stats;
+    struct mrc_report r;
+    mrc_report_collect(&r, &mrc_g.cache, now_ns() - mrc_g.start_ns, monitor_name());
+    if (!strcmp(dest, "off") || !strcmp(dest, "0"))
+        return;
+    if (!strcmp(dest, "auto")) {
+        if (!r.s.v[MRC_STAT_REQUESTS] && !r.s.v[MRC_STAT_UNCACHED])
+            return;     /* a process that never registered stays silent */
+        dest = "stderr";
+    }
+    (void)at_exit;
+    int fd = mrc_report_open(dest);
+    if (fd < 0)
+        return;
+    mrc_report_write(fd, &r, mrc_g.cfg.stats_format == MRC_STATS_JSON);
+    if (fd != 2)
+        close(fd);
+}
+
+static void on_exit_handler(void)
+{
+    if (!mrc_ready())
+        return;
+    /* libibverbs may have been unloaded with the plugin that brought it: then the
+     * kernel releases the MRs with the process, and calling into it would crash. */
+    void *lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (lib) {
+        mrc_cache_flush(&mrc_g.cache, NULL, NULL);
+        dlclose(lib);
+    }
+    dump_stats(1);
+}
+
+void mrc_on_first_registration(void)
+{
+    static int done;
+    if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+        return;
+    if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+        return;
+    /* Registered now, not in the constructor, so that it runs before the destructors
+     * of libraries loaded since (libibverbs, its providers). */
+    atexit(on_exit_handler);
+}
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&mrc_g.cache.lock);
+    pthread_mutex_lock(&mrc_g.handles.lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&mrc_g.handles.lock);
+    pthread_mutex_unlock(&mrc_g.cache.lock);
+}
+
+static void fork_child(void)
+{
+    /* The child shares the parent's device file: deregistering an inherited MR would
+     * deregister the parent's. Forget them; handles made before fork are ignored. */
+    mrc_pool_reset_lock(&mrc_g.handles);
+    mrc_g.fork_gen++;
+    mrc_cache_forget(&mrc_g.cache);
+    mrc_stats_child_reset();
+}
+
+void mrc_init(void)
+{
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&mrc_g.ready, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    mrc_g.start_ns = now_ns();
+    mrc_config_load(&mrc_g.cfg);
+    mrc_log_level = mrc_g.cfg.log_level;
+    if (mrc_g.cfg.help)
+        mrc_config_print_help(2);
+    mrc_real_resolve_libc();
+    mrc_mr_init();
+
+    uint64_t max_bytes = mrc_g.cfg.max_bytes ? mrc_g.cfg.max_bytes : mrc_config_auto_max_bytes();
+    long psz = sysconf(_SC_PAGESIZE);
+    struct mrc_cache_params p = {
+        .ops = mrc_verbs_ops,
+        .max_entries = mrc_g.cfg.max_entries,
+        .max_bytes = max_bytes,
+        .max_deferred_bytes = mrc_g.cfg.max_deferred_bytes,
+        .page_size = psz > 0 ? (uint64_t)psz : 4096,
+        .remote_mask = mrc_verbs_remote_mask(),
+        .local_super_mask = mrc_verbs_local_super_mask(),
+        .remote_policy = (enum mrc_remote_policy)mrc_g.cfg.remote_policy,
+    };
+    mrc_cache_init(&mrc_g.cache, &p);
+    mrc_g.watch_unmaps = (mrc_g.cfg.monitor & MRC_MONITOR_PRELOAD) != 0;
+    mrc_g.watch_malloc = mrc_g.watch_unmaps && mrc_g.cfg.malloc_hooks && mrc_glibc_heap_init();
+    if (!mrc_g.watch_unmaps)
+        MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    MRC_DEBUG("ready: max %llu entries, %llu bytes; monitor %s", (unsigned long long)p.max_entries,
+              (unsigned long long)p.max_bytes, monitor_name());
+    __atomic_store_n(&mrc_g.ready, 2, __ATOMIC_RELEASE);
+}
+
+__attribute__((constructor)) static void mrc_constructor(void)
+{
+    mrc_init();
+}

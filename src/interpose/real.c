@@ -1,0 +1,101 @@
+/* real.c - finds the next definition of every interposed function, in one place.
+ * libc: dlsym(RTLD_NEXT). libibverbs: RTLD_NEXT when the program links it, else the
+ * copy a plugin loaded with RTLD_LOCAL, found by soname with RTLD_NOLOAD and dlvsym
+ * (RTLD_NEXT only searches the global scope). Versioned lookups name the versions
+ * rdma-core defines, so we never bind the IBVERBS_1.0 compatibility entry points. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "interpose/real.h"
+#include "util/log.h"
+
+struct mrc_real_fns mrc_real;
+int mrc_real_alloc_is_glibc;
+
+#define NEXT(field, name) (*(void **)&mrc_real.field = dlsym(RTLD_NEXT, name))
+
+void mrc_real_resolve_libc(void)
+{
+    if (__atomic_load_n(&mrc_real.munmap, __ATOMIC_ACQUIRE))
+        return;
+    NEXT(mmap, "mmap");
+    NEXT(mremap, "mremap");
+    NEXT(madvise, "madvise");
+    NEXT(shmat, "shmat");
+    NEXT(shmdt, "shmdt");
+    NEXT(brk, "brk");
+    NEXT(sbrk, "sbrk");
+    NEXT(free, "free");
+    NEXT(realloc, "realloc");
+    NEXT(reallocarray, "reallocarray");
+    NEXT(posix_memalign, "posix_memalign");
+    NEXT(aligned_alloc, "aligned_alloc");
+    NEXT(memalign, "memalign");
+    NEXT(valloc, "valloc");
+    NEXT(pvalloc, "pvalloc");
+    NEXT(malloc_trim, "malloc_trim");
+    NEXT(mallopt, "mallopt");
+    /* glibc's free is also its __libc_free: if the next free is another allocator's
+     * (jemalloc preloaded after us, a sanitizer), its chunks are not glibc's. */
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    mrc_real_alloc_is_glibc = libc && dlsym(libc, "__libc_free") == (void *)mrc_real.free;
+    if (libc)
+        dlclose(libc);
+    void *munmap_fn = dlsym(RTLD_NEXT, "munmap");
+    __atomic_store_n((void **)&mrc_real.munmap, munmap_fn, __ATOMIC_RELEASE);
+}
+
+static pthread_mutex_t verbs_lock = PTHREAD_MUTEX_INITIALIZER;
+static int verbs_ready;
+
+static void *verbs_sym(void *lib, const char *name, const char *version)
+{
+    void *f = dlvsym(RTLD_NEXT, name, version);
+    if (!f && lib)
+        f = dlvsym(lib, name, version);
+    return f;
+}
+
+int mrc_real_resolve_verbs(void)
+{
+    if (__atomic_load_n(&verbs_ready, __ATOMIC_ACQUIRE))
+        return 0;
+    int rc = 0;
+    pthread_mutex_lock(&verbs_lock);
+    if (!verbs_ready) {
+        void *lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        *(void **)&mrc_real.reg_mr_iova2 = verbs_sym(lib, "ibv_reg_mr_iova2", "IBVERBS_1.8");
+        *(void **)&mrc_real.reg_dmabuf_mr = verbs_sym(lib, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+        *(void **)&mrc_real.dereg_mr = verbs_sym(lib, "ibv_dereg_mr", "IBVERBS_1.1");
+        *(void **)&mrc_real.rereg_mr = verbs_sym(lib, "ibv_rereg_mr", "IBVERBS_1.1");
+        *(void **)&mrc_real.dealloc_pd = verbs_sym(lib, "ibv_dealloc_pd", "IBVERBS_1.1");
+        *(void **)&mrc_real.close_device = verbs_sym(lib, "ibv_close_device", "IBVERBS_1.1");
+        /* The handle from dlopen is kept: libibverbs stays loaded while MRs exist. */
+        if (mrc_real.reg_mr_iova2 && mrc_real.dereg_mr && mrc_real.dealloc_pd && mrc_real.close_device) {
+            __atomic_store_n(&verbs_ready, 1, __ATOMIC_RELEASE);
+        } else {
+            MRC_ERROR("libibverbs.so.1 is not loaded or lacks IBVERBS_1.8: registrations fail with ENOSYS");
+            if (lib)
+                dlclose(lib);
+            rc = -ENOSYS;
+        }
+    }
+    pthread_mutex_unlock(&verbs_lock);
+    return rc;
+}
+
+static __thread int resolving;
+
+int mrc_real_ensure_libc(void)
+{
+    if (__builtin_expect(__atomic_load_n(&mrc_real.munmap, __ATOMIC_ACQUIRE) != NULL, 1))
+        return 1;
+    if (resolving)
+        return 0;
+    resolving = 1;
+    mrc_real_resolve_libc();
+    resolving = 0;
+    return 1;
+}

@@ -1,0 +1,64 @@
+/* real.h - the functions libmrcache interposes, as typed pointers to the next
+ * definition (mrc_real.munmap, ...), all resolved in real.c.
+ * Invariants: libc's are resolved in the constructor, before any hook needs them (a hook
+ * entered earlier resolves them itself, once); libibverbs' lazily on first use, because
+ * the library may arrive later inside a plugin opened with RTLD_LOCAL. */
+#ifndef MRC_REAL_H
+#define MRC_REAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct ibv_pd;
+struct ibv_mr;
+struct ibv_context;
+
+struct mrc_real_fns {
+    /* libc: memory */
+    void *(*mmap)(void *, size_t, int, int, int, off_t);
+    int (*munmap)(void *, size_t);
+    void *(*mremap)(void *, size_t, size_t, int, ...);
+    int (*madvise)(void *, size_t, int);
+    void *(*shmat)(int, const void *, int);
+    int (*shmdt)(const void *);
+    int (*brk)(void *);
+    void *(*sbrk)(intptr_t);
+    /* libc: allocator (the next one in the chain, glibc's or a preloaded one's) */
+    void (*free)(void *);
+    void *(*realloc)(void *, size_t);
+    void *(*reallocarray)(void *, size_t, size_t);
+    int (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*memalign)(size_t, size_t);
+    void *(*valloc)(size_t);
+    void *(*pvalloc)(size_t);
+    int (*malloc_trim)(size_t);
+    int (*mallopt)(int, int);
+    /* libibverbs */
+    struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
+    struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int);
+    int (*dereg_mr)(struct ibv_mr *);
+    int (*rereg_mr)(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int);
+    int (*dealloc_pd)(struct ibv_pd *);
+    int (*close_device)(struct ibv_context *);
+};
+
+extern struct mrc_real_fns mrc_real;
+
+/* Whether the next allocator is glibc's own (its chunk headers may then be read). */
+extern int mrc_real_alloc_is_glibc;
+
+/* Resolves the libc functions. Idempotent. */
+void mrc_real_resolve_libc(void);
+
+/* For hooks entered before the constructor: resolves libc's functions unless this
+ * thread is resolving them already (dlsym may call back into a hook). Returns 1 when
+ * mrc_real's libc pointers are usable, 0 when the hook must fall back on its own. */
+int mrc_real_ensure_libc(void);
+
+/* Resolves the libibverbs functions if not yet done. 0, or -ENOSYS if libibverbs is
+ * not loaded in this process. */
+int mrc_real_resolve_verbs(void);
+
+#endif

@@ -1,0 +1,24 @@
+/* glibc_heap.h - unmaps that glibc's allocator makes internally (no PLT, so no munmap
+ * hook sees them): free and realloc of mmapped chunks, heap trimming in free, realloc
+ * and the memalign family, malloc_trim. Each function performs the real call. */
+#ifndef MRC_GLIBC_HEAP_H
+#define MRC_GLIBC_HEAP_H
+
+#include <stddef.h>
+
+/* Reads malloc's tunables from the environment; returns whether the next allocator is
+ * glibc's (otherwise its unmaps go through the munmap hooks and these only forward). */
+int mrc_glibc_heap_init(void);
+
+void mrc_on_free(void *p);
+void *mrc_on_realloc(void *p, size_t n);
+void *mrc_on_reallocarray(void *p, size_t n, size_t size);
+int mrc_on_posix_memalign(void **out, size_t align, size_t size);
+void *mrc_on_aligned_alloc(size_t align, size_t size);
+void *mrc_on_memalign(size_t align, size_t size);
+void *mrc_on_valloc(size_t size);
+void *mrc_on_pvalloc(size_t size);
+int mrc_on_malloc_trim(size_t pad);
+int mrc_on_mallopt(int param, int value);
+
+#endif

@@ -1,0 +1,209 @@
+/* monitor.c - the munmap family: each call's doomed range, invalidated before the call
+ * and again after it if a registration raced with it (mrc_cache_unmap_begin/done).
+ * Invariants: while the cache was never used each call is a load and a branch; nothing
+ * here allocates or deregisters; errno is the real call's. MADV_FREE is not an unmap:
+ * the kernel never discards pinned pages on MADV_FREE, so a registration stays valid. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <unistd.h>
+
+#include "interpose/real.h"
+#include "interpose/state.h"
+#include "monitor/monitor.h"
+
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
+
+static uint64_t page_mask(void)
+{
+    return mrc_g.cache.p.page_size - 1;
+}
+
+/* [addr, addr+len) widened to whole pages, as the kernel applies it. */
+static void page_range(const void *addr, size_t len, uint64_t *start, uint64_t *plen)
+{
+    uint64_t m = page_mask(), a = (uintptr_t)addr & ~m;
+    uint64_t end = (uintptr_t)addr + len;
+    end = end < (uintptr_t)addr ? UINT64_MAX : end;
+    end = (end + m) < end ? UINT64_MAX : ((end + m) & ~m);
+    *start = a;
+    *plen = end - a;
+}
+
+struct unmap_op {
+    uint64_t start, len, ticket;
+    enum mrc_inval_cause cause;
+};
+
+static void op_begin(struct unmap_op *op, const void *addr, size_t len, enum mrc_inval_cause cause)
+{
+    page_range(addr, len, &op->start, &op->len);
+    op->cause = cause;
+    op->ticket = mrc_cache_unmap_begin(&mrc_g.cache, op->start, op->len, cause);
+}
+
+static void op_done(const struct unmap_op *op)
+{
+    int saved = errno;
+    mrc_cache_unmap_done(&mrc_g.cache, op->ticket, op->start, op->len, op->cause);
+    errno = saved;
+}
+
+int mrc_on_munmap(void *addr, size_t len)
+{
+    if (!mrc_watching())
+        return mrc_real.munmap(addr, len);
+    struct unmap_op op;
+    op_begin(&op, addr, len, MRC_INVAL_MUNMAP);
+    int rc = mrc_real.munmap(addr, len);
+    op_done(&op);
+    return rc;
+}
+
+void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    /* MAP_FIXED replaces whatever was mapped there; MAP_FIXED_NOREPLACE fails instead. */
+    if (!mrc_watching() || !(flags & MAP_FIXED))
+        return mrc_real.mmap(addr, len, prot, flags, fd, off);
+    struct unmap_op op;
+    op_begin(&op, addr, len, MRC_INVAL_MMAP_FIXED);
+    void *p = mrc_real.mmap(addr, len, prot, flags, fd, off);
+    op_done(&op);
+    return p;
+}
+
+void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void *new_addr)
+{
+    if (!mrc_watching())
+        return mrc_real.mremap(old, old_size, new_size, flags, new_addr);
+    /* Moving (possible with MAYMOVE, certain with FIXED or DONTUNMAP) takes the pages
+     * away from the old range; shrinking takes the tail; MREMAP_FIXED also replaces
+     * the target range. Growing in place keeps every registered page. */
+    struct unmap_op a = { .len = 0 }, b = { .len = 0 };
+    if (old_size && (flags & MREMAP_MAYMOVE))
+        op_begin(&a, old, old_size, MRC_INVAL_MREMAP);
+    else if (new_size < old_size)
+        op_begin(&a, (char *)old + new_size, old_size - new_size, MRC_INVAL_MREMAP);
+    if (flags & MREMAP_FIXED)
+        op_begin(&b, new_addr, new_size, MRC_INVAL_MREMAP);
+    void *p = mrc_real.mremap(old, old_size, new_size, flags, new_addr);
+    if (a.len)
+        op_done(&a);
+    if (b.len)
+        op_done(&b);
+    return p;
+}
+
+int mrc_on_madvise(void *addr, size_t len, int advice)
+{
+    if (!mrc_watching() ||
+        (advice != MADV_DONTNEED && advice != MADV_REMOVE && advice != MADV_DONTNEED_LOCKED))
+        return mrc_real.madvise(addr, len, advice);
+    struct unmap_op op;
+    op_begin(&op, addr, len, MRC_INVAL_MADVISE);
+    int rc = mrc_real.madvise(addr, len, advice);
+    op_done(&op);
+    return rc;
+}
+
+void *mrc_on_shmat(int id, const void *addr, int flags)
+{
+    struct shmid_ds ds;
+    if (!mrc_watching() || !(flags & SHM_REMAP) || !addr || shmctl(id, IPC_STAT, &ds) != 0)
+        return mrc_real.shmat(id, addr, flags);
+    struct unmap_op op;
+    op_begin(&op, addr, ds.shm_segsz, MRC_INVAL_SHM);
+    void *p = mrc_real.shmat(id, addr, flags);
+    op_done(&op);
+    return p;
+}
+
+/* The extent of the System V segment attached at addr: the mapping that starts there
+ * in /proc/self/maps, with the mappings of the same file that follow it contiguously.
+ * Read with raw read(2) into a stack buffer: no malloc, no stdio. 0 if not found. */
+static uint64_t shm_extent(uintptr_t addr)
+{
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[8192];
+    size_t have = 0;
+    uintptr_t end = 0;
+    unsigned long inode = 0;
+    int found = 0, done = 0;
+    while (!done) {
+        ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        buf[have] = 0;
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n'))) {
+            *nl = 0;
+            unsigned long s, e, ino = 0, off;
+            char perms[8];
+            unsigned dmaj, dmin;
+            if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &s, &e, perms, &off, &dmaj, &dmin, &ino) == 7) {
+                if (!found && s == addr) {
+                    found = 1;
+                    end = e;
+                    inode = ino;
+                } else if (found) {
+                    if (s == end && ino == inode)
+                        end = e;
+                    else {
+                        done = 1;
+                        break;
+                    }
+                }
+            }
+            line = nl + 1;
+        }
+        have = (size_t)(buf + have - line);
+        memmove(buf, line, have);
+    }
+    close(fd);
+    return found ? end - addr : 0;
+}
+
+int mrc_on_shmdt(const void *addr)
+{
+    uint64_t len;
+    if (!mrc_watching() || !(len = shm_extent((uintptr_t)addr)))
+        return mrc_real.shmdt(addr);
+    struct unmap_op op;
+    op_begin(&op, addr, len, MRC_INVAL_SHM);
+    int rc = mrc_real.shmdt(addr);
+    op_done(&op);
+    return rc;
+}
+
+int mrc_on_brk(void *addr)
+{
+    char *cur;
+    if (!mrc_watching() || (cur = mrc_real.sbrk(0)) == (void *)-1 || (char *)addr >= cur)
+        return mrc_real.brk(addr);
+    struct unmap_op op;
+    op_begin(&op, addr, (size_t)(cur - (char *)addr), MRC_INVAL_BRK);
+    int rc = mrc_real.brk(addr);
+    op_done(&op);
+    return rc;
+}
+
+void *mrc_on_sbrk(intptr_t incr)
+{
+    char *cur;
+    if (!mrc_watching() || incr >= 0 || (cur = mrc_real.sbrk(0)) == (void *)-1)
+        return mrc_real.sbrk(incr);
+    struct unmap_op op;
+    op_begin(&op, cur + incr, (size_t)-incr, MRC_INVAL_BRK);
+    void *p = mrc_real.sbrk(incr);
+    op_done(&op);
+    return p;
+}

@@ -1,0 +1,223 @@
+/* config.c - the table of MRCACHE_* variables, their parsers, and the help text.
+ * Invariants: one row per variable (name, default, meaning, parser, field); parsing
+ * never allocates and never fails the process: a bad value is reported once and the
+ * default is kept. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "core/cache.h"
+#include "util/config.h"
+#include "util/log.h"
+
+typedef int (*mrc_parse_fn)(const char *s, void *field);
+
+struct mrc_config_row {
+    const char *name;
+    const char *def;
+    const char *help;
+    mrc_parse_fn parse;
+    size_t offset;
+};
+
+static int parse_bool(const char *s, void *f)
+{
+    if (!strcmp(s, "1") || !strcasecmp(s, "y") || !strcasecmp(s, "yes") || !strcasecmp(s, "on") ||
+        !strcasecmp(s, "true"))
+        *(int *)f = 1;
+    else if (!strcmp(s, "0") || !strcasecmp(s, "n") || !strcasecmp(s, "no") || !strcasecmp(s, "off") ||
+             !strcasecmp(s, "false"))
+        *(int *)f = 0;
+    else
+        return -1;
+    return 0;
+}
+
+/* A count or a size: decimal with an optional K, M, G or T suffix (powers of 1024). */
+static int parse_u64(const char *s, void *f)
+{
+    if (*s == '-' || !*s)
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if (*end == 'b' || *end == 'B')
+        end++;
+    if (*end || (shift && v > (UINT64_MAX >> shift)))
+        return -1;
+    *(uint64_t *)f = (uint64_t)v << shift;
+    return 0;
+}
+
+static int parse_size_or_auto(const char *s, void *f)
+{
+    if (!strcasecmp(s, "auto")) {
+        *(uint64_t *)f = 0;
+        return 0;
+    }
+    uint64_t v;
+    if (parse_u64(s, &v) || v == 0)
+        return -1;
+    *(uint64_t *)f = v;
+    return 0;
+}
+
+static int parse_positive(const char *s, void *f)
+{
+    uint64_t v;
+    if (parse_u64(s, &v) || v == 0)
+        return -1;
+    *(uint64_t *)f = v;
+    return 0;
+}
+
+static int parse_remote(const char *s, void *f)
+{
+    if (!strcasecmp(s, "exact"))
+        *(int *)f = MRC_REMOTE_EXACT;
+    else if (!strcasecmp(s, "never"))
+        *(int *)f = MRC_REMOTE_NEVER;
+    else
+        return -1;
+    return 0;
+}
+
+static int parse_log(const char *s, void *f)
+{
+    static const char *const names[] = { "error", "warn", "info", "debug" };
+    for (int i = 0; i < 4; i++)
+        if (!strcasecmp(s, names[i])) {
+            *(int *)f = i;
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_stats(const char *s, void *f)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= 256)
+        return -1;
+    memcpy(f, s, n + 1);
+    return 0;
+}
+
+static int parse_format(const char *s, void *f)
+{
+    if (!strcasecmp(s, "text"))
+        *(int *)f = MRC_STATS_TEXT;
+    else if (!strcasecmp(s, "json"))
+        *(int *)f = MRC_STATS_JSON;
+    else
+        return -1;
+    return 0;
+}
+
+static int parse_monitor(const char *s, void *f)
+{
+    if (!strcasecmp(s, "auto") || !strcasecmp(s, "preload"))
+        *(int *)f = MRC_MONITOR_PRELOAD;
+    else if (!strcasecmp(s, "none"))
+        *(int *)f = 0;
+    else
+        return -1;
+    return 0;
+}
+
+#define ROW(n, d, h, p, field) { n, d, h, p, offsetof(struct mrc_config, field) }
+
+static const struct mrc_config_row rows[] = {
+    ROW("MRCACHE_ENABLE", "1", "0 makes every call pass straight through to libibverbs", parse_bool, enable),
+    ROW("MRCACHE_MAX_ENTRIES", "65536", "cached registrations kept; idle ones past this are evicted, least recently used first",
+        parse_positive, max_entries),
+    ROW("MRCACHE_MAX_BYTES", "auto", "registered bytes kept (K/M/G/T suffixes); auto: RLIMIT_MEMLOCK if finite and the process lacks CAP_IPC_LOCK, else 1/4 of RAM",
+        parse_size_or_auto, max_bytes),
+    ROW("MRCACHE_MAX_DEFERRED", "256M", "bytes of invalidated registrations that may wait for deregistration before the next call drains them",
+        parse_positive, max_deferred_bytes),
+    ROW("MRCACHE_REMOTE", "exact", "remote-access registrations: exact (cached, reused only for the same range and rights) or never (deregistered at ibv_dereg_mr, rkey revoked)",
+        parse_remote, remote_policy),
+    ROW("MRCACHE_LOG", "warn", "log level: error, warn, info, debug", parse_log, log_level),
+    ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off, stderr, or a file path where %p is the pid and %h the host",
+        parse_stats, stats),
+    ROW("MRCACHE_STATS_FORMAT", "text", "text or json", parse_format, stats_format),
+    ROW("MRCACHE_MONITOR", "auto", "how unmaps are seen: auto (= preload), preload (munmap-family and allocator hooks), none (UNSAFE: no invalidation; for demonstrations only)",
+        parse_monitor, monitor),
+    ROW("MRCACHE_MALLOC_HOOKS", "1", "0 stops watching glibc malloc's own unmaps (free of mmapped chunks, heap trimming)",
+        parse_bool, malloc_hooks),
+    ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
+};
+
+void mrc_config_load(struct mrc_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const struct mrc_config_row *r = &rows[i];
+        void *field = (char *)cfg + r->offset;
+        if (r->parse(r->def, field) != 0)
+            MRC_ERROR("internal: bad default for %s", r->name);
+        const char *v = getenv(r->name);
+        if (v && r->parse(v, field) != 0) {
+            MRC_WARN("%s=\"%s\" is not valid (%s); using the default, %s", r->name, v, r->help, r->def);
+            r->parse(r->def, field);
+        }
+    }
+}
+
+void mrc_config_print_help(int fd)
+{
+    char line[512];
+    int n = snprintf(line, sizeof(line), "%-22s %-8s %s\n", "variable", "default", "meaning");
+    mrc_write_all(fd, line, (unsigned long)n);
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        n = snprintf(line, sizeof(line), "%-22s %-8s %s\n", rows[i].name, rows[i].def, rows[i].help);
+        if (n > (int)sizeof(line) - 1)
+            n = (int)sizeof(line) - 1;
+        mrc_write_all(fd, line, (unsigned long)n);
+    }
+}
+
+/* Whether CAP_IPC_LOCK is effective: then RLIMIT_MEMLOCK does not bound pinning. */
+static int has_ipc_lock(void)
+{
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *p = strstr(buf, "CapEff:");
+    if (!p)
+        return 0;
+    unsigned long long caps = strtoull(p + 7, NULL, 16);
+    return (caps >> 14) & 1;   /* CAP_IPC_LOCK */
+}
+
+uint64_t mrc_config_auto_max_bytes(void)
+{
+    struct rlimit rl;
+    if (!has_ipc_lock() && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        return rl.rlim_cur;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psz <= 0)
+        return 1ull << 30;
+    return (uint64_t)pages * (uint64_t)psz / 4;
+}

@@ -1,0 +1,37 @@
+/* config.h - libmrcache's settings: one table of MRCACHE_* variables, read once at
+ * start-up. Every value is validated; a bad one gets one warning naming the variable,
+ * the value and the default used instead, never a failure. */
+#ifndef MRC_CONFIG_H
+#define MRC_CONFIG_H
+
+#include <stdint.h>
+
+enum mrc_stats_format { MRC_STATS_TEXT, MRC_STATS_JSON };
+
+struct mrc_config {
+    int enable;                 /* 0: every call passes straight through */
+    uint64_t max_entries;
+    uint64_t max_bytes;         /* 0 in the table means "auto" until resolved */
+    uint64_t max_deferred_bytes;
+    int remote_policy;          /* enum mrc_remote_policy */
+    int log_level;              /* enum mrc_log_level */
+    char stats[256];            /* "auto", "off", "stderr", or a path pattern (%p %h) */
+    int stats_format;           /* enum mrc_stats_format */
+    int monitor;                /* MRC_MONITOR_* bits */
+    int malloc_hooks;           /* watch the allocator's own unmaps */
+    int help;
+};
+
+#define MRC_MONITOR_PRELOAD 1   /* the munmap-family and allocator hooks */
+
+/* Fills cfg from the environment (getenv only: no allocation). */
+void mrc_config_load(struct mrc_config *cfg);
+
+/* Writes the table (name, default, meaning) to fd: MRCACHE_HELP=1 and the README. */
+void mrc_config_print_help(int fd);
+
+/* The default for max_bytes: RLIMIT_MEMLOCK when finite and the process cannot lock
+ * memory freely, else a quarter of physical memory. */
+uint64_t mrc_config_auto_max_bytes(void);
+
+#endif

@@ -1,0 +1,188 @@
+/* report.c - formats the statistics into a fixed stack buffer, as text or JSON.
+ * Invariants: no allocation, no stdio streams; the JSON's top-level "version" changes
+ * only when a field changes meaning or disappears (fields may be added). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/log.h"
+#include "util/report.h"
+
+struct buf {
+    char d[16384];
+    size_t n;
+};
+
+__attribute__((format(printf, 2, 3))) static void put(struct buf *b, const char *fmt, ...)
+{
+    if (b->n >= sizeof(b->d) - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(b->d + b->n, sizeof(b->d) - b->n, fmt, ap);
+    va_end(ap);
+    if (m > 0)
+        b->n += (size_t)m < sizeof(b->d) - b->n ? (size_t)m : sizeof(b->d) - b->n - 1;
+}
+
+void mrc_report_collect(struct mrc_report *r, struct mrc_cache *c, uint64_t wall_ns, const char *monitor)
+{
+    mrc_stats_sum(&r->s);
+    mrc_cache_get_gauges(c, &r->g);
+    r->wall_ns = wall_ns;
+    r->monitor = monitor;
+}
+
+uint64_t mrc_report_saved_ns(const struct mrc_report *r)
+{
+    const uint64_t *regs = r->s.hist[MRC_HIST_REGS], *ns = r->s.hist[MRC_HIST_REG_NS];
+    uint64_t all_regs = r->s.v[MRC_STAT_REAL_REGS], all_ns = r->s.v[MRC_STAT_REAL_REG_NS];
+    uint64_t saved = 0;
+    for (int b = 0; b < MRC_HIST_BUCKETS; b++) {
+        uint64_t hits = r->s.hist[MRC_HIST_HITS][b];
+        if (!hits)
+            continue;
+        if (regs[b])
+            saved += hits * (ns[b] / regs[b]);
+        else if (all_regs)
+            saved += hits * (all_ns / all_regs);
+    }
+    return saved;
+}
+
+static double pct(uint64_t a, uint64_t b)
+{
+    return b ? 100.0 * (double)a / (double)b : 0.0;
+}
+
+static const char *bucket_label(int b, char *tmp, size_t n)
+{
+    uint64_t hi = 4096ull << b;
+    if (b == MRC_HIST_BUCKETS - 1)
+        snprintf(tmp, n, ">%lluM", (unsigned long long)((hi >> 1) >> 20));
+    else if (hi >= (1ull << 20))
+        snprintf(tmp, n, "<=%lluM", (unsigned long long)(hi >> 20));
+    else
+        snprintf(tmp, n, "<=%lluK", (unsigned long long)(hi >> 10));
+    return tmp;
+}
+
+static void write_text(struct buf *b, const struct mrc_report *r)
+{
+    const uint64_t *v = r->s.v;
+    uint64_t saved = mrc_report_saved_ns(r);
+    put(b, "libmrcache[%d] statistics (monitor: %s)\n", (int)getpid(), r->monitor);
+    put(b, "  registrations requested %llu: hits %llu, misses %llu, uncached %llu; hit rate %.1f%%\n",
+        (unsigned long long)v[MRC_STAT_REQUESTS], (unsigned long long)v[MRC_STAT_HITS],
+        (unsigned long long)v[MRC_STAT_MISSES], (unsigned long long)v[MRC_STAT_UNCACHED],
+        pct(v[MRC_STAT_HITS], v[MRC_STAT_REQUESTS]));
+    put(b, "  registrations avoided %llu (real: %llu reg, %llu dereg); merges %llu, evictions %llu, enomem retries %llu, failures %llu\n",
+        (unsigned long long)v[MRC_STAT_HITS], (unsigned long long)v[MRC_STAT_REAL_REGS],
+        (unsigned long long)v[MRC_STAT_REAL_DEREGS], (unsigned long long)v[MRC_STAT_MERGES],
+        (unsigned long long)v[MRC_STAT_EVICTIONS], (unsigned long long)v[MRC_STAT_ENOMEM_RETRIES],
+        (unsigned long long)v[MRC_STAT_REG_FAILURES]);
+    put(b, "  invalidated %llu:", (unsigned long long)v[MRC_STAT_INVALIDATED]);
+    for (int i = 0; i < MRC_INVAL_LAST; i++)
+        put(b, " %s %llu", mrc_inval_cause_names[i], (unsigned long long)v[MRC_STAT_INVAL_BASE + i]);
+    put(b, "\n  deferred deregistrations %llu, raced misses %llu\n", (unsigned long long)v[MRC_STAT_DEFERRED],
+        (unsigned long long)v[MRC_STAT_RACED]);
+    put(b, "  pinned now %llu B in %llu registrations (peak %llu B, %llu registrations)\n",
+        (unsigned long long)r->g.bytes, (unsigned long long)r->g.entries, (unsigned long long)r->g.bytes_peak,
+        (unsigned long long)r->g.entries_peak);
+    put(b, "  time in real registration %.3f ms, deregistration %.3f ms; estimated time saved %.3f ms\n",
+        (double)v[MRC_STAT_REAL_REG_NS] / 1e6, (double)v[MRC_STAT_REAL_DEREG_NS] / 1e6, (double)saved / 1e6);
+    put(b, "  sizes: %-8s %10s %10s %10s %12s\n", "bucket", "requests", "hits", "regs", "avg reg us");
+    for (int i = 0; i < MRC_HIST_BUCKETS; i++) {
+        uint64_t req = r->s.hist[MRC_HIST_REQUESTS][i];
+        if (!req && !r->s.hist[MRC_HIST_REGS][i])
+            continue;
+        char tmp[16];
+        uint64_t regs = r->s.hist[MRC_HIST_REGS][i];
+        put(b, "         %-8s %10llu %10llu %10llu %12.2f\n", bucket_label(i, tmp, sizeof(tmp)),
+            (unsigned long long)req, (unsigned long long)r->s.hist[MRC_HIST_HITS][i], (unsigned long long)regs,
+            regs ? (double)r->s.hist[MRC_HIST_REG_NS][i] / (double)regs / 1e3 : 0.0);
+    }
+}
+
+static void write_json(struct buf *b, const struct mrc_report *r)
+{
+    const uint64_t *v = r->s.v;
+    char host[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    put(b, "{\"version\": %d, \"pid\": %d, \"host\": \"%s\", \"monitor\": \"%s\", \"wall_ns\": %llu,\n",
+        MRC_REPORT_JSON_VERSION, (int)getpid(), host, r->monitor, (unsigned long long)r->wall_ns);
+    put(b, " \"counters\": {");
+    for (int i = 0; i < MRC_STAT_LAST; i++)
+        put(b, "%s\"%s\": %llu", i ? ", " : "", mrc_stat_names[i], (unsigned long long)v[i]);
+    put(b, "},\n \"hit_rate\": %.4f, \"saved_ns\": %llu,\n", pct(v[MRC_STAT_HITS], v[MRC_STAT_REQUESTS]) / 100,
+        (unsigned long long)mrc_report_saved_ns(r));
+    put(b, " \"gauges\": {\"pinned_bytes\": %llu, \"pinned_bytes_peak\": %llu, \"registrations\": %llu, "
+           "\"registrations_peak\": %llu, \"cached_entries\": %llu, \"cached_bytes\": %llu, \"deferred\": %llu},\n",
+        (unsigned long long)r->g.bytes, (unsigned long long)r->g.bytes_peak, (unsigned long long)r->g.entries,
+        (unsigned long long)r->g.entries_peak, (unsigned long long)r->g.tree_entries,
+        (unsigned long long)r->g.tree_bytes, (unsigned long long)r->g.deferred);
+    put(b, " \"sizes\": [");
+    int first = 1;
+    for (int i = 0; i < MRC_HIST_BUCKETS; i++) {
+        if (!r->s.hist[MRC_HIST_REQUESTS][i] && !r->s.hist[MRC_HIST_REGS][i])
+            continue;
+        put(b, "%s{\"max_bytes\": %llu, \"requests\": %llu, \"hits\": %llu, \"regs\": %llu, \"reg_ns\": %llu}",
+            first ? "" : ", ", i == MRC_HIST_BUCKETS - 1 ? 0ull : (unsigned long long)(4096ull << i),
+            (unsigned long long)r->s.hist[MRC_HIST_REQUESTS][i], (unsigned long long)r->s.hist[MRC_HIST_HITS][i],
+            (unsigned long long)r->s.hist[MRC_HIST_REGS][i], (unsigned long long)r->s.hist[MRC_HIST_REG_NS][i]);
+        first = 0;
+    }
+    put(b, "]}\n");
+}
+
+int mrc_report_write(int fd, const struct mrc_report *r, int json)
+{
+    struct buf b;
+    b.n = 0;
+    if (json)
+        write_json(&b, r);
+    else
+        write_text(&b, r);
+    return mrc_write_all(fd, b.d, b.n);
+}
+
+int mrc_report_open(const char *pattern)
+{
+    if (!strcmp(pattern, "stderr"))
+        return 2;
+    char path[512];
+    size_t n = 0;
+    for (const char *p = pattern; *p && n < sizeof(path) - 32; p++) {
+        if (*p != '%') {
+            path[n++] = *p;
+            continue;
+        }
+        p++;
+        if (*p == 'p') {
+            n += (size_t)snprintf(path + n, sizeof(path) - n, "%d", (int)getpid());
+        } else if (*p == 'h') {
+            char host[64] = "";
+            gethostname(host, sizeof(host) - 1);
+            n += (size_t)snprintf(path + n, sizeof(path) - n, "%s", host);
+        } else if (*p == '%') {
+            path[n++] = '%';
+        } else {
+            return -EINVAL;
+        }
+        if (n >= sizeof(path) - 32)
+            break;
+    }
+    path[n] = 0;
+    /* O_EXCL and O_NOFOLLOW: never write through a symlink, never clobber a file that
+     * another process (or an earlier run) wrote. */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        MRC_WARN("cannot create stats file %s: %s", path, strerror(e));
+        return -e;
+    }
+    return fd;
+}

@@ -1,0 +1,33 @@
+/* report.h - the statistics dump: counters, gauges and the size histogram as text or
+ * versioned JSON, written with write(2) from a stack buffer (no malloc, no stdio). */
+#ifndef MRC_REPORT_H
+#define MRC_REPORT_H
+
+#include "core/cache.h"
+#include "util/stats.h"
+
+#define MRC_REPORT_JSON_VERSION 1
+
+struct mrc_report {
+    struct mrc_stats_block s;
+    struct mrc_cache_gauges g;
+    uint64_t wall_ns;             /* since start-up */
+    const char *monitor;          /* which unmap sources are active */
+};
+
+/* Fills r from the live counters and the cache's gauges. */
+void mrc_report_collect(struct mrc_report *r, struct mrc_cache *c, uint64_t wall_ns, const char *monitor);
+
+/* Estimated time saved: each hit costs what a registration of its size class cost here
+ * on average (the overall average where that class was never registered). */
+uint64_t mrc_report_saved_ns(const struct mrc_report *r);
+
+/* Writes the report to fd as text or JSON. 0 or -errno. */
+int mrc_report_write(int fd, const struct mrc_report *r, int json);
+
+/* Opens the stats destination: "stderr" gives 2; a path pattern (%p pid, %h host, %% %)
+ * is created without following a symlink and without clobbering another's file.
+ * Returns the fd (the caller closes it unless it is 2) or -errno. */
+int mrc_report_open(const char *pattern);
+
+#endif
