@@ -97,8 +97,9 @@ check_preload() {
 }
 preload_failed() { grep -q 'cannot be preloaded' "$@"; }
 
-# The stats dump's lines of interest, never a test result or diagnostic line.
-stats_lines() { grep -i 'hits' | grep -vE '^(not )?ok - |^#' || true; }
+# The stats dump's summary lines (text format: "libmrcache[pid] statistics", "... hits N,
+# misses N ...", "... estimated time saved ..."), never a test result or diagnostic line.
+stats_lines() { grep -E 'statistics|hits [0-9]|saved' | grep -vE '^(not )?ok - |^#' || true; }
 
 # Prints the libmrcache stats lines of preloaded run $1 (files from MRCACHE_STATS=...%p,
 # or the stats dump on stderr in the captured logs $2...).

@@ -180,6 +180,7 @@ static void test_stale_mr(void)
     size_t words = opt.size / sizeof(uint64_t), i, seen = 0, new_fill = 0;
     struct ibv_mr *src_mr, *mr1, *mr2;
     uint64_t *src, *dst, *dst2;
+    uint32_t rkey1;
 
     src = mmap(NULL, opt.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     dst = mmap(NULL, opt.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -195,6 +196,8 @@ static void test_stale_mr(void)
     CHECKF(src_mr && mr1, "ibv_reg_mr: %s", strerror(errno));
     if (!src_mr || !mr1)
         return;
+    /* mr1 must not be read after ibv_dereg_mr (a cache may reuse its handle for mr2). */
+    rkey1 = mr1->rkey;
     fprintf(stderr, "# mr1 addr %p lkey 0x%x rkey 0x%x\n", mr1->addr, mr1->lkey, mr1->rkey);
 
     if (!opt.raw)
@@ -217,7 +220,7 @@ static void test_stale_mr(void)
         if (!mr2)
             return;
         fprintf(stderr, "# mr2 addr %p lkey 0x%x rkey 0x%x%s\n", mr2->addr, mr2->lkey,
-                mr2->rkey, mr2->rkey == mr1->rkey ? " (same rkey as mr1)" : "");
+                mr2->rkey, mr2->rkey == rkey1 ? " (same rkey as mr1: a cache hit)" : "");
     }
 
     CHECK(rdma_write(src_mr, src, dst, mr2->rkey, opt.size) == 0);
