@@ -121,6 +121,11 @@ show_stats() {
     [ "$found" = 1 ] || echo "# stats $name: none written"
 }
 
+# Sum of the cache hits in the stats of preloaded run $1 (0 if none were written).
+stats_hits() {
+    cat "$STATS/$1".*.txt 2>/dev/null | grep -o 'hits [0-9]*' | awk '{ s += $2 } END { print s + 0 }'
+}
+
 # Runs a preloaded command: pre NAME CMD...
 pre() {
     name=$1
@@ -275,6 +280,14 @@ ucx() {
             'Final:'
         grep -E 'Final:' "$OUT/ucx_perftest_tag_bw_$mode.client" | diag
     done
+    # UCX opens libibverbs from a plugin loaded RTLD_LOCAL: hits prove libmrcache's
+    # ibv_reg_mr was reached there, not only in the main program's scope.
+    hits=$(stats_hits ucx_perftest_tag_bw_pre)
+    if [ "$hits" -gt 0 ]; then
+        ok ucx_perftest_tag_bw_pre_cache_hits
+    else
+        notok ucx_perftest_tag_bw_pre_cache_hits "no cache hits in the stats (got $hits)"
+    fi
     # io_demo connects through a UCX listener (rdma_cm on the d0 address); its server
     # runs until killed.
     # -q: both sides check the data and the transaction ids; -d: message sizes, all above
@@ -306,6 +319,19 @@ regcost() {
     else
         notok regcost_preload "no libmrcache.so"
         : >"$OUT/regcost.pre"
+    fi
+    # A hit must cost far less than the registration it replaces: at >= 1 MiB the real one
+    # takes 100 us or more even here, so a factor of 5 leaves room for TCG's noise.
+    if [ "$have_lib" = 1 ]; then
+        if cat "$OUT/regcost.none" "$OUT/regcost.pre" | awk '
+            $2 == "regcost" && $4 >= 1048576 { t[$3, $4] = $5 + $6; sizes[$4] = 1 }
+            END { n = 0
+                  for (s in sizes) { n++; if (!(("preload", s) in t) || t["preload", s] * 5 > t["none", s]) exit 1 }
+                  exit n == 0 }'; then
+            ok regcost_preload_hit_cheaper
+        else
+            notok regcost_preload_hit_cheaper "a cache hit was not 5x cheaper than the registration at >= 1 MiB"
+        fi
     fi
     echo "# Registration cost on rxe, medians of 31 (<= 1 MiB), 11 (<= 16 MiB), 5 (larger), in us;"
     echo "# the CPU is emulated: compare ratios. 'preload hit' is the same loop under libmrcache."
