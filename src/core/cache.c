@@ -356,10 +356,12 @@ static int backend_reg(struct mrc_cache *c, void *domain, uint64_t first, uint64
     uint64_t t0 = now_ns();
     int rc = c->p.ops.reg(c->p.ops.ctx, domain, first, len, first + (uint64_t)iova_off, access, reg);
     uint64_t dt = now_ns() - t0;
-    mrc_stat_add(MRC_STAT_REAL_REGS, 1);
-    mrc_stat_add(MRC_STAT_REAL_REG_NS, dt);
-    mrc_hist_add(MRC_HIST_REGS, len, 1);
-    mrc_hist_add(MRC_HIST_REG_NS, len, dt);
+    if (rc == 0) {
+        mrc_stat_add(MRC_STAT_REAL_REGS, 1);
+        mrc_stat_add(MRC_STAT_REAL_REG_NS, dt);
+        mrc_hist_add(MRC_HIST_REGS, len, 1);
+        mrc_hist_add(MRC_HIST_REG_NS, len, dt);
+    }
     return rc;
 }
 

@@ -1,0 +1,14 @@
+# preload.mk - unmodified verbs programs run on the software NIC with libmrcache.so
+# preloaded (and some without, as controls), plus shell-level tests of the process.
+PRELOAD_BINS := $(BUILD)/test/test_unmap_paths $(BUILD)/test/test_verbs
+PRELOAD := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB))
+
+$(BUILD)/test/test_%: test/preload/test_%.c test/preload/common.h test/check.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+
+TEST_BINS += $(PRELOAD_BINS)
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_unmap_paths"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MONITOR=none EXPECT_STALE=1 $(BUILD)/test/test_unmap_paths 2>/dev/null"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_verbs"
+TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_verbs"

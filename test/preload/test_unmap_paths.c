@@ -1,0 +1,367 @@
+/* test_unmap_paths.c - for every way memory can leave a registered range: register,
+ * deregister (cached), change the mapping, register the same range again, write through
+ * the new MR into its pinned pages, and check that the current mapping sees the data.
+ * A stale MR writes into the old pages and the data is invisible. With EXPECT_STALE=1
+ * (run under MRCACHE_MONITOR=none) every check is inverted: proof that each test can
+ * fail and that the stale effect is real. Plus: frees that keep their pages mapped must
+ * keep their cache hits. */
+#include <errno.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common.h"
+
+static int expect_stale;
+static long pg;
+
+typedef void (*change_fn)(void *p, size_t len);
+
+/* glibc's size field of the chunk at mem, read as an address would be: the compiler must
+ * not reason about the object (these tests use addresses after free on purpose). */
+__attribute__((noipa)) static size_t chunk_field(uintptr_t mem)
+{
+    return *(volatile size_t *)(mem - sizeof(size_t));
+}
+
+/* An address kept across free/realloc, as a number: a pointer again when used. */
+__attribute__((noipa)) static char *at(uintptr_t a)
+{
+    return (char *)a;
+}
+
+/* Each test registers in a pd of its own: the cache keys on the pd, so a stale entry
+ * left by one test (under EXPECT_STALE) cannot serve another. */
+static void new_pd(void)
+{
+    if (pd)
+        ibv_dealloc_pd(pd);
+    pd = ibv_alloc_pd(ctx);
+    if (!pd) {
+        fprintf(stderr, "ibv_alloc_pd failed\n");
+        exit(2);
+    }
+}
+
+/* The core check: the re-registration must see the current pages. */
+static void stale_check(void *p, size_t len, change_fn change)
+{
+    struct ibv_mr *a = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(a != NULL);
+    if (!a)
+        return;
+    CHECK(write_visible(a, p, len, 0x11));
+    CHECK(ibv_dereg_mr(a) == 0);
+    change(p, len);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(b != NULL);
+    if (!b)
+        return;
+    int visible = write_visible(b, p, len, 0x22);
+    if (expect_stale)
+        CHECKF(!visible, "expected the stale MR's write to be invisible");
+    else
+        CHECKF(visible, "the write through the new MR is not in the current mapping: stale MR");
+    CHECK(ibv_dereg_mr(b) == 0);
+}
+
+static void ch_munmap(void *p, size_t len)
+{
+    CHECK(munmap(p, len) == 0);
+    CHECK(map_anon(p, len, MAP_FIXED_NOREPLACE) == p);
+}
+
+static void ch_mmap_fixed(void *p, size_t len)
+{
+    CHECK(map_anon(p, len, MAP_FIXED) == p);
+}
+
+static void ch_mremap_shrink_grow(void *p, size_t len)
+{
+    CHECK(mremap(p, len, len / 2, 0) == p);
+    CHECK(mremap(p, len / 2, len, 0) == p);
+}
+
+static void ch_mremap_move(void *p, size_t len)
+{
+    void *tmp = map_anon(NULL, len, 0);
+    CHECK(tmp && mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, tmp) == tmp);
+    CHECK(map_anon(p, len, MAP_FIXED_NOREPLACE) == p);
+    munmap(tmp, len);
+}
+
+static void ch_madv_dontneed(void *p, size_t len)
+{
+    CHECK(madvise(p, len, MADV_DONTNEED) == 0);
+}
+
+static void ch_madv_remove(void *p, size_t len)
+{
+    CHECK(madvise(p, len, MADV_REMOVE) == 0);
+}
+
+static void ch_raw_syscall_munmap(void *p, size_t len)
+{
+    /* Unseen by any preload hook: only here to show what the README documents. */
+    CHECK(syscall(SYS_munmap, p, len) == 0);
+    CHECK(map_anon(p, len, MAP_FIXED_NOREPLACE) == p);
+}
+
+#define LEN (1u << 20)
+
+static void test_munmap(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_munmap); munmap(p, LEN); }
+static void test_mmap_fixed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_mmap_fixed); munmap(p, LEN); }
+static void test_mremap_shrink_grow(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_mremap_shrink_grow); munmap(p, LEN); }
+static void test_mremap_move(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_mremap_move); munmap(p, LEN); }
+static void test_madvise_dontneed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_madv_dontneed); munmap(p, LEN); }
+
+static void test_madvise_remove(void)
+{
+    void *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(p != MAP_FAILED);
+    stale_check(p, LEN, ch_madv_remove);
+    munmap(p, LEN);
+}
+
+static void test_madvise_free_keeps_hit(void)
+{
+    /* MADV_FREE never discards pinned pages: no invalidation, the hit stays valid. */
+    void *p = map_anon(NULL, LEN, 0);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(a && ibv_dereg_mr(a) == 0);
+    uint64_t regs = nic_regs();
+    CHECK(madvise(p, LEN, MADV_FREE) == 0);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(b && write_visible(b, p, LEN, 0x33));
+    if (!expect_stale)
+        CHECK(nic_regs() == regs);
+    ibv_dereg_mr(b);
+    munmap(p, LEN);
+}
+
+static int shm_new(size_t len)
+{
+    return shmget(IPC_PRIVATE, len, IPC_CREAT | 0600);
+}
+
+static void test_shmat_remap(void)
+{
+    int id1 = shm_new(LEN), id2 = shm_new(LEN);
+    CHECK(id1 >= 0 && id2 >= 0);
+    void *p = shmat(id1, NULL, 0);
+    CHECK(p != (void *)-1);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(a && write_visible(a, p, LEN, 0x11));
+    ibv_dereg_mr(a);
+    CHECK(shmat(id2, p, SHM_REMAP) == p);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(b != NULL);
+    int visible = b && write_visible(b, p, LEN, 0x22);
+    CHECK(expect_stale ? !visible : visible);
+    ibv_dereg_mr(b);
+    shmdt(p);
+    shmctl(id1, IPC_RMID, NULL);
+    shmctl(id2, IPC_RMID, NULL);
+}
+
+static void test_shmdt_shmat(void)
+{
+    int id1 = shm_new(LEN), id2 = shm_new(LEN);
+    void *p = shmat(id1, NULL, 0);
+    CHECK(p != (void *)-1);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(a && write_visible(a, p, LEN, 0x11));
+    ibv_dereg_mr(a);
+    CHECK(shmdt(p) == 0);
+    CHECK(shmat(id2, p, 0) == p);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    int visible = b && write_visible(b, p, LEN, 0x22);
+    CHECK(expect_stale ? !visible : visible);
+    ibv_dereg_mr(b);
+    shmdt(p);
+    shmctl(id1, IPC_RMID, NULL);
+    shmctl(id2, IPC_RMID, NULL);
+}
+
+static void ch_brk(void *p, size_t len)
+{
+    CHECK(sbrk(-(intptr_t)len) != (void *)-1);
+    CHECK(sbrk((intptr_t)len) == p);
+}
+
+static void test_brk_shrink(void)
+{
+    /* Our own piece of the heap's end, page aligned; malloc copes with foreign sbrk. */
+    char *cur = sbrk(0);
+    size_t pad = (size_t)(-(uintptr_t)cur & (uintptr_t)(pg - 1));
+    CHECK(sbrk((intptr_t)pad) == cur);
+    char *p = sbrk(LEN);
+    CHECK(p != (void *)-1);
+    stale_check(p, LEN, ch_brk);
+    sbrk(-(intptr_t)(LEN + pad));
+}
+
+#define BIG (40u << 20)   /* above glibc's largest dynamic mmap threshold: always mmapped */
+
+static void test_free_of_mmapped_chunk(void)
+{
+    uintptr_t pa = (uintptr_t)malloc(BIG);
+    char *p = at(pa);
+    CHECK(p && (chunk_field(pa) & 2));
+    char *chunk = at(pa - 16);
+    size_t clen = chunk_field(pa) & ~(size_t)7;
+    struct ibv_mr *a = ibv_reg_mr(pd, p, BIG, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(a && write_visible(a, p, BIG, 0x11));
+    ibv_dereg_mr(a);
+    free(p);   /* glibc munmaps the chunk internally: no munmap hook sees it */
+    p = at(pa);
+    chunk = at(pa - 16);
+    CHECK(map_anon(chunk, clen, MAP_FIXED_NOREPLACE) == chunk);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, IBV_ACCESS_LOCAL_WRITE);
+    int visible = b && write_visible(b, p, BIG, 0x22);
+    CHECK(expect_stale ? !visible : visible);
+    ibv_dereg_mr(b);
+    munmap(chunk, clen);
+}
+
+static void test_realloc_moves_mmapped_chunk(void)
+{
+    uintptr_t pa = (uintptr_t)malloc(BIG);
+    char *p = at(pa);
+    CHECK(p && (chunk_field(pa) & 2));
+    char *chunk = at(pa - 16);
+    size_t clen = chunk_field(pa) & ~(size_t)7;
+    /* A neighbour right after the chunk: growing must move it. */
+    void *fence = map_anon(chunk + clen, (size_t)pg, MAP_FIXED_NOREPLACE);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, BIG, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(a && write_visible(a, p, BIG, 0x11));
+    ibv_dereg_mr(a);
+    char *q = realloc(p, 2 * BIG);
+    p = at(pa);
+    chunk = at(pa - 16);
+    CHECK(q && (uintptr_t)q != pa);
+    CHECK(map_anon(chunk, clen, MAP_FIXED_NOREPLACE) == chunk);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, IBV_ACCESS_LOCAL_WRITE);
+    int visible = b && write_visible(b, p, BIG, 0x22);
+    CHECK(expect_stale ? !visible : visible);
+    ibv_dereg_mr(b);
+    munmap(chunk, clen);
+    free(q);
+    if (fence)
+        munmap(fence, (size_t)pg);
+}
+
+static void test_heap_trim_in_free(void)
+{
+    /* A 4 MiB chunk from the main heap, at its top: freeing it trims the heap (above
+     * the 128 KiB trim threshold), and the next malloc grows it again with new pages. */
+    CHECK(mallopt(M_MMAP_THRESHOLD, 64 << 20) == 1);
+    size_t n = 4u << 20;
+    uintptr_t pa = (uintptr_t)malloc(n);
+    char *p = at(pa);
+    CHECK(p && !(chunk_field(pa) & 2));
+    struct ibv_mr *a = ibv_reg_mr(pd, p, n, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(a && write_visible(a, p, n, 0x11));
+    ibv_dereg_mr(a);
+    char *brk_before = sbrk(0);
+    free(p);
+    CHECK((char *)sbrk(0) < brk_before);      /* the heap really shrank */
+    char *q = malloc(n);
+    CHECK((uintptr_t)q == pa);
+    struct ibv_mr *b = ibv_reg_mr(pd, q, n, IBV_ACCESS_LOCAL_WRITE);
+    int visible = b && write_visible(b, q, n, 0x22);
+    CHECK(expect_stale ? !visible : visible);
+    ibv_dereg_mr(b);
+    free(q);
+}
+
+static void test_malloc_trim(void)
+{
+    /* A freed chunk inside the heap (a neighbour keeps it from the top): malloc_trim
+     * discards its pages; the next malloc of the same size gets it back, zero-filled.
+     * 112 KiB stays below glibc's initial mmap threshold. */
+    size_t n = 112u << 10;
+    uintptr_t pa = (uintptr_t)malloc(n);
+    char *p = at(pa);
+    char *guard = malloc(64);
+    CHECK(p && guard && !(chunk_field(pa) & 2));
+    struct ibv_mr *a = ibv_reg_mr(pd, p, n, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(a && write_visible(a, p, n, 0x11));
+    ibv_dereg_mr(a);
+    free(p);
+    CHECK(malloc_trim(0) == 1);
+    char *q = malloc(n);
+    CHECK((uintptr_t)q == pa);
+    struct ibv_mr *b = ibv_reg_mr(pd, q, n, IBV_ACCESS_LOCAL_WRITE);
+    /* malloc_trim discards whole pages inside the free chunk, not its first page. */
+    size_t off = 2 * (size_t)pg, len = n - 4 * (size_t)pg;
+    int visible = b && write_visible(b, q + off, len, 0x22);
+    CHECK(expect_stale ? !visible : visible);
+    ibv_dereg_mr(b);
+    free(q);
+    free(guard);
+}
+
+static void test_free_keeping_pages_keeps_hits(void)
+{
+    /* malloc/register/free in a loop, the chunk never at the heap's top: every round
+     * after the first is a cache hit, because no page left the mapping. */
+    size_t n = 96u << 10;     /* below the mmap threshold: a heap chunk */
+    char *p = malloc(n);
+    char *guard = malloc(64);
+    uint64_t regs0 = nic_regs();
+    for (int i = 0; i < 10; i++) {
+        struct ibv_mr *mr = ibv_reg_mr(pd, p, n, IBV_ACCESS_LOCAL_WRITE);
+        CHECK(mr && write_visible(mr, p, n, (unsigned char)i));
+        ibv_dereg_mr(mr);
+        uintptr_t pa = (uintptr_t)p;
+        free(p);
+        p = malloc(n);
+        CHECK((uintptr_t)p == pa);
+    }
+    /* At most one: the first round may even hit a registration of these same pages. */
+    CHECKF(nic_regs() - regs0 <= 1, "%llu registrations for 10 rounds", (unsigned long long)(nic_regs() - regs0));
+    free(p);
+    free(guard);
+}
+
+static void test_raw_syscall_is_unseen(void)
+{
+    /* The documented limit (a later monitor covers it): prove the test sees it. */
+    void *p = map_anon(NULL, LEN, 0);
+    int saved = expect_stale;
+    expect_stale = 1;
+    stale_check(p, LEN, ch_raw_syscall_munmap);
+    expect_stale = saved;
+    munmap(p, LEN);
+}
+
+int main(void)
+{
+    expect_stale = getenv("EXPECT_STALE") && atoi(getenv("EXPECT_STALE"));
+    pg = sysconf(_SC_PAGESIZE);
+    open_nic();
+#undef RUN
+#define RUN(fn) (new_pd(), check_run(#fn, fn))
+    RUN(test_munmap);
+    RUN(test_mmap_fixed);
+    RUN(test_mremap_shrink_grow);
+    RUN(test_mremap_move);
+    RUN(test_madvise_dontneed);
+    RUN(test_madvise_remove);
+    RUN(test_shmat_remap);
+    RUN(test_shmdt_shmat);
+    RUN(test_brk_shrink);
+    RUN(test_free_of_mmapped_chunk);
+    RUN(test_realloc_moves_mmapped_chunk);
+    RUN(test_malloc_trim);
+    RUN(test_free_keeping_pages_keeps_hits);
+    if (!expect_stale)
+        RUN(test_madvise_free_keeps_hit);
+    RUN(test_raw_syscall_is_unseen);
+    RUN(test_heap_trim_in_free);    /* last: it sets mallopt, which changes the heap's rules */
+    CHECK_EXIT();
+}
