@@ -36,6 +36,9 @@ progs=("$@")
 
 log() { echo "vm-build: $*" >&2; }
 die() { echo "vm-build: error: $*" >&2; exit 1; }
+# Scratch directories, removed however the script ends (a half-built base never stays).
+scratch=()
+trap 'rm -rf "${scratch[@]}"' EXIT
 
 "$here/scripts/install-deps.sh" --vm
 
@@ -70,21 +73,25 @@ if [ -z "$kernel_deb" ]; then
     # Package lists may be missing on a machine where every host package was already there.
     resolve_kernel || { log "apt-get update (kernel package not in the lists)"; apt-get update -qq >/dev/null; resolve_kernel; } ||
         die "cannot resolve linux-image-amd64 with apt-cache"
-    kernel_deb="$out/dl/${kpkg}_${kver_deb//:/%3a}_amd64.deb"
-    if [ ! -s "$kernel_deb" ]; then
+    download_kernel() {
+        kernel_deb="$out/dl/${kpkg}_${kver_deb//:/%3a}_amd64.deb"
+        [ -s "$kernel_deb" ] && return 0
         log "downloading $kpkg $kver_deb"
         mkdir -p "$out/dl"
         rm -f "$out"/dl/*.deb
-        # apt-get download writes to the current directory; _apt cannot write under /work.
-        (cd "$out/dl" && apt-get download -q "$kpkg=$kver_deb" 2>&1 | { grep -v '^W: Download is performed unsandboxed' >&2 || true; }) ||
-            die "apt-get download $kpkg failed"
-        [ -s "$kernel_deb" ] || die "apt-get download did not produce $kernel_deb"
-    fi
+        # apt-get download writes to the current directory (as root: _apt cannot write here).
+        (cd "$out/dl" && apt-get download -q "$kpkg=$kver_deb" 2>&1 |
+            { grep -v '^W: Download is performed unsandboxed' >&2 || true; }) && [ -s "$kernel_deb" ]
+    }
+    # Stale lists name a version the mirror no longer has: refresh them once and retry.
+    download_kernel || { log "apt-get update (download failed)"; apt-get update -qq >/dev/null; resolve_kernel && download_kernel; } ||
+        die "apt-get download $kpkg failed"
 fi
 [ -s "$kernel_deb" ] || die "no kernel package: $kernel_deb"
 
 # ---------------------------------------------------------------- base key
-pkg_versions=$(dpkg-query -W -f='${Package}=${Version}\n' "${userspace_pkgs[@]}" | sort)
+pkg_versions=$(dpkg-query -W -f='${Package}=${Version}\n' "${userspace_pkgs[@]}" | sort) ||
+    die "host packages missing (dpkg-query): ${userspace_pkgs[*]}"
 base_key=$( {
     echo "kernel=$(basename "$kernel_deb") $(stat -c %s "$kernel_deb")"
     echo "$pkg_versions"
@@ -96,8 +103,7 @@ base_key=$( {
 build_base() {
     local tmp kroot root kver vmlinuz
     tmp=$(mktemp -d "$out/base.tmp.XXXXXX")
-    # shellcheck disable=SC2064 # expand now: tmp is local
-    trap "rm -rf '$tmp'" RETURN
+    scratch+=("$tmp")
     kroot=$tmp/kernel root=$tmp/root
     log "unpacking $(basename "$kernel_deb")"
     # Only the kernel image and modules are needed; dpkg-deb keeps it out of the host's dpkg db.
@@ -151,7 +157,9 @@ build_base() {
     echo 'root:x:0:' >"$root/etc/group"
     echo "$kver" >"$root/etc/vm-kernel-release"
     echo "$pkg_versions" >"$root/etc/vm-packages"
-    ldconfig -r "$root" 2>/dev/null || ldconfig -r "$root"
+    # The guest's ld.so.cache, so the loader finds libraries without scanning directories.
+    local msg
+    msg=$(ldconfig -r "$root" 2>&1) || die "ldconfig -r: $msg"
 
     # The payload builder skips libraries the base already has.
     (cd "$root" && find . -type f -o -type l | sed 's|^\.||' | sort) >"$tmp/base.files"
@@ -218,7 +226,7 @@ if [ -s "$out/payload.key" ] && [ "$(cat "$out/payload.key")" = "$payload_key" ]
 fi
 
 tmp=$(mktemp -d "$out/payload.tmp.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+scratch+=("$tmp")
 root=$tmp/root
 mkdir -p "$root/vm/bin" "$root/vm/lib" "$root/vm/preload-tests"
 install -m 0755 "$here/test/vm/guest-init.sh" "$root/init"
