@@ -1,10 +1,9 @@
 #!/bin/sh
-# guest-init.sh - PID 1 of the Soft-RoCE test VM (busybox sh, installed as /init).
-# Mounts the pseudo filesystems, runs /vm/guest-tests.sh and powers off. It must never
-# exit: PID 1 exiting panics the kernel. The host counts the run as complete only when
-# it sees the "vm: complete" line printed here after the tests returned.
-# No `set -e`: a failed step must still reach the power-off (the host would otherwise
-# wait for its timeout); pipefail and -u still catch mistakes.
+# guest-init.sh - PID 1 of the Soft-RoCE test VM (busybox sh, installed as /init): mounts
+# the pseudo filesystems, runs /vm/guest-tests.sh, powers off. It must never exit (PID 1
+# exiting panics the kernel). The host counts the run as complete only when it sees the
+# "vm: complete" line printed here after the tests returned.
+# No `set -e`: a failed step must still reach the power-off; -u and pipefail catch mistakes.
 set -uo pipefail
 export PATH=/usr/bin:/usr/sbin:/bin:/sbin HOME=/root TMPDIR=/tmp
 

@@ -3,7 +3,7 @@
 # creates rxe0, then runs the stale-MR program, perftest, ibv_rc_pingpong, UCX and the
 # registration-cost table, with and without LD_PRELOAD=/vm/lib/libmrcache.so. Prints
 # "ok - name" / "not ok - name" (counted on the host) and "# " diagnostics.
-# No `set -e`: one failed test must not hide the others; -u and pipefail catch mistakes.
+# No `set -e`: one failure must not hide the others; -u and pipefail catch mistakes.
 set -uo pipefail
 
 PRE=/vm/lib/libmrcache.so

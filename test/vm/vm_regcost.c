@@ -1,9 +1,7 @@
-/* vm_regcost.c - times ibv_reg_mr + ibv_dereg_mr of one buffer, 4 KiB to 256 MiB, on a
- * real device. Without a preload it is the provider's pinning cost; under libmrcache every
- * registration after the first is a cache hit, so the same program measures the hit cost.
- * Buffers are pre-faulted (MAP_POPULATE) so page faults are not counted. Prints one
- * "# regcost LABEL BYTES REG_NS DEREG_NS REPS" row per size (medians) and "ok - regcost_LABEL".
- * Small sizes get more repetitions: under TCG their timings are noisy. */
+/* vm_regcost.c - times ibv_reg_mr + ibv_dereg_mr of one pre-faulted buffer, 4 KiB to 256 MiB,
+ * on a real device: the provider's pinning cost without a preload, the hit cost under
+ * libmrcache (every registration after the first hits). Prints medians as
+ * "# regcost LABEL BYTES REG_NS DEREG_NS REPS" rows and "ok - regcost_LABEL". */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -1,9 +1,8 @@
-/* vm_stale_mr.c - the stale-MR hazard on a real verbs provider (Soft-RoCE), through a
- * loopback RC QP pair in one process: register a buffer, deregister it, munmap, mmap the
- * same address again, register the same range, RDMA WRITE a pattern through the new MR
- * and count how much of it the *current* mapping shows. --expect visible|stale says which
- * outcome passes; --raw skips the deregistration and writes through the first MR (the
- * hazard itself, no cache involved). Prints "ok - NAME" / "not ok - NAME" (+ _teardown). */
+/* vm_stale_mr.c - the stale-MR hazard on a real provider (rxe), loopback RC QP pair: register,
+ * deregister, munmap, mmap the same address, register again, RDMA WRITE through the new MR
+ * and count what the *current* mapping shows. --expect visible|stale names the passing
+ * outcome; --raw writes through the first MR, never deregistered (no cache involved).
+ * Prints "ok - NAME" / "not ok - NAME" and NAME_teardown. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
