@@ -174,7 +174,9 @@ pair() {
     [ "$mode" = pre ] && envp="env LD_PRELOAD=$PRE MRCACHE_STATS=$STATS/$name.%p.txt"
     rm -f "$OUT/$name".*
     t0=$(uptime_s)
-    eval "timeout $PAIR_TIMEOUT $envp $scmd" >"$OUT/$name.server" 2>&1 &
+    # exec: $! must be the server itself (busybox timeout execs its command in place), not
+    # a subshell whose death would leave the server running, and polling, to the end.
+    eval "exec timeout $PAIR_TIMEOUT $envp $scmd" >"$OUT/$name.server" 2>&1 &
     spid=$!
     if ! wait_listen "$port" 30; then
         kill "$spid" 2>/dev/null
@@ -186,8 +188,13 @@ pair() {
     eval "timeout $PAIR_TIMEOUT $envp $ccmd" >"$OUT/$name.client" 2>&1
     crc=$?
     if [ "$server_daemon" = 1 ]; then
-        # A server that never exits by itself (io_demo): stop it once the client is done.
+        # A server that never exits by itself (io_demo): stop it once the client is done,
+        # with SIGINT, which io_demo handles by exiting normally (so libmrcache still
+        # writes its stats); SIGTERM only if it is still there 10 s later.
         sleep 1
+        kill -INT "$spid" 2>/dev/null
+        n=0
+        while kill -0 "$spid" 2>/dev/null && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
         kill "$spid" 2>/dev/null
         { wait "$spid"; } 2>/dev/null
         src=0
@@ -293,16 +300,27 @@ ucx() {
     # -q: both sides check the data and the transaction ids; -d: message sizes, all above
     # UCX's rendezvous threshold so each one is registered (the server sizes its buffers
     # from -d too).
+    # Random sizes vary the registered ranges; 1 MiB only repeats them (remote-access
+    # registrations are reused only for the same range, so only that run can hit).
     server_daemon=1
-    for mode in plain pre; do
+    for run in random:plain:65536 random:pre:65536 1m:pre:1048576; do
+        sizes=${run%%:*} mode=${run#*:} min=${run##*:}
+        mode=${mode%%:*}
+        name=ucx_io_demo_${sizes}_$mode
         port
-        pair "ucx_io_demo_$mode" "$mode" "$next_port" \
-            "io_demo -q -d 65536:1048576 -p $next_port" \
-            "io_demo -q -d 65536:1048576 -o write,read -i 100 -p $next_port 10.11.0.1" \
+        pair "$name" "$mode" "$next_port" \
+            "io_demo -q -d $min:1048576 -p $next_port" \
+            "io_demo -q -d $min:1048576 -o write,read -i 100 -p $next_port 10.11.0.1" \
             "Client exit with status 'OK'"
-        grep -E 'total min:|Client exit' "$OUT/ucx_io_demo_$mode.client" | tail -n 2 | diag
+        grep -E 'total min:|Client exit' "$OUT/$name.client" | tail -n 2 | diag
     done
     server_daemon=0
+    hits=$(stats_hits ucx_io_demo_1m_pre)
+    if [ "$hits" -gt 0 ]; then
+        ok ucx_io_demo_1m_pre_cache_hits
+    else
+        notok ucx_io_demo_1m_pre_cache_hits "no cache hits in the stats (got $hits)"
+    fi
 }
 
 # ------------------------------------------------------------------ registration cost
