@@ -61,7 +61,9 @@ $(BUILD)/obj/%.o: src/%.c | $(DEPS_STAMP)
 $(LIB): $(LIB_OBJS)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libmrcache.so.0 -ldl -lpthread
 
-include $(sort $(wildcard test/*/*.mk))
+# The software NIC's fragment first: the others use its variables.
+include test/snic/snic.mk
+include $(filter-out test/snic/snic.mk,$(sort $(wildcard test/*/*.mk)))
 
 test: all $(TEST_BINS)
 	@scripts/run-tests.sh $(foreach e,$(TEST_ENV),-e $(e)) -- $(TEST_CMDS)

@@ -12,6 +12,8 @@
 #include "util/log.h"
 
 struct mrc_real_fns mrc_real;
+
+extern void __libc_free(void *);
 int mrc_real_alloc_is_glibc;
 
 #define NEXT(field, name) (*(void **)&mrc_real.field = dlsym(RTLD_NEXT, name))
@@ -38,11 +40,9 @@ void mrc_real_resolve_libc(void)
     NEXT(malloc_trim, "malloc_trim");
     NEXT(mallopt, "mallopt");
     /* glibc's free is also its __libc_free: if the next free is another allocator's
-     * (jemalloc preloaded after us, a sanitizer), its chunks are not glibc's. */
-    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-    mrc_real_alloc_is_glibc = libc && dlsym(libc, "__libc_free") == (void *)mrc_real.free;
-    if (libc)
-        dlclose(libc);
+     * (jemalloc preloaded after us, a sanitizer), its chunks are not glibc's. No dlopen
+     * here: this may run inside another allocator's initialisation, and dlopen mallocs. */
+    mrc_real_alloc_is_glibc = (void *)mrc_real.free == (void *)__libc_free;
     void *munmap_fn = dlsym(RTLD_NEXT, "munmap");
     __atomic_store_n((void **)&mrc_real.munmap, munmap_fn, __ATOMIC_RELEASE);
 }

@@ -39,16 +39,23 @@ void mrc_report_collect(struct mrc_report *r, struct mrc_cache *c, uint64_t wall
 uint64_t mrc_report_saved_ns(const struct mrc_report *r)
 {
     const uint64_t *regs = r->s.hist[MRC_HIST_REGS], *ns = r->s.hist[MRC_HIST_REG_NS];
-    uint64_t all_regs = r->s.v[MRC_STAT_REAL_REGS], all_ns = r->s.v[MRC_STAT_REAL_REG_NS];
     uint64_t saved = 0;
     for (int b = 0; b < MRC_HIST_BUCKETS; b++) {
         uint64_t hits = r->s.hist[MRC_HIST_HITS][b];
         if (!hits)
             continue;
-        if (regs[b])
-            saved += hits * (ns[b] / regs[b]);
-        else if (all_regs)
-            saved += hits * (all_ns / all_regs);
+        /* The nearest size class that was registered, scaled by the size ratio (merged
+         * registrations are larger than the requests they serve). */
+        for (int d = 0; d < MRC_HIST_BUCKETS; d++) {
+            int lo = b - d, hi = b + d;
+            int n = lo >= 0 && regs[lo] ? lo : (hi < MRC_HIST_BUCKETS && regs[hi] ? hi : -1);
+            if (n < 0)
+                continue;
+            double avg = (double)ns[n] / (double)regs[n];
+            double scale = n < b ? (double)(1ull << (b - n)) : 1.0 / (double)(1ull << (n - b));
+            saved += (uint64_t)((double)hits * avg * scale);
+            break;
+        }
     }
     return saved;
 }

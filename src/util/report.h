@@ -19,7 +19,7 @@ struct mrc_report {
 void mrc_report_collect(struct mrc_report *r, struct mrc_cache *c, uint64_t wall_ns, const char *monitor);
 
 /* Estimated time saved: each hit costs what a registration of its size class cost here
- * on average (the overall average where that class was never registered). */
+ * on average (the nearest registered class, scaled by size, where it was never). */
 uint64_t mrc_report_saved_ns(const struct mrc_report *r);
 
 /* Writes the report to fd as text or JSON. 0 or -errno. */

@@ -12,3 +12,18 @@ TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_unmap_paths"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MONITOR=none EXPECT_STALE=1 $(BUILD)/test/test_unmap_paths 2>/dev/null"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_verbs"
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_verbs"
+
+$(BUILD)/test/libmrc_testplugin.so: test/preload/plugin.c $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) $(SNIC_LINK)
+
+$(BUILD)/test/plugin_host: test/preload/plugin_host.c test/check.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itest $< -o $@ $(LDFLAGS) -ldl
+
+$(BUILD)/test/memlock: test/preload/memlock.c test/preload/common.h test/check.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK)
+
+TEST_BINS += $(BUILD)/test/libmrc_testplugin.so $(BUILD)/test/plugin_host $(BUILD)/test/memlock
+TEST_CMDS += "test/preload/test_process.sh $(BUILD) '$(PRELOAD_PREFIX)'"
