@@ -1,0 +1,540 @@
+/* bench.c - the workloads of `make bench` (issue 6), one per command, written once over
+ * the registration interface of sys_verbs.h (systems (a) no cache and (b) libmrcache,
+ * one binary run with and without LD_PRELOAD) or sys_ucx.h (system (c), UCX's rcache).
+ * Prints "key value" lines; run-bench.sh alternates the processes, bench_report.c turns
+ * the medians into the table. Invariants: timed loops do no I/O and allocate nothing of
+ * their own; each loop checks against the NIC's counters that it did what it claims
+ * (hits never reach the NIC; without a cache every registration does). */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "snic.h"
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench: %s (errno %d: %s)\n", what, errno, strerror(errno));
+    exit(1);
+}
+
+#if BENCH_UCX
+#include "sys_ucx.h"
+#else
+#include "sys_verbs.h"
+#endif
+
+#define KIB 1024ul
+#define MIB (1024ul * KIB)
+#define HOT_LEN (64 * KIB)    /* the buffer the hit workloads register */
+#define SMALL 4096ul          /* a filler entry: one page ... */
+#define SLOT 8192ul           /* ... with a page of gap, so neighbours never merge */
+#define ROUNDS 5              /* timed rounds per process; the process prints their median */
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* CPU time of the calling thread, kernel time included: what the operations cost, and
+ * not what other processes on a shared machine take from us while we wait to run. */
+static uint64_t cpu_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void put(const char *key, double v)
+{
+    printf("%s %.4f\n", key, v);
+    fflush(stdout);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static uint64_t nic_regs(void)
+{
+    struct snic_stats s;
+    snic_get_stats(&s);
+    return s.reg_calls;
+}
+
+/* A hit must not reach the NIC; without a cache every registration must. */
+static void check_nic(uint64_t regs_before, uint64_t ops, const char *what)
+{
+    uint64_t got = nic_regs() - regs_before, want = sys_cached ? 0 : ops;
+    if (got != want) {
+        fprintf(stderr, "bench: %s: %llu NIC registrations for %llu operations, expected %llu\n", what,
+                (unsigned long long)got, (unsigned long long)ops, (unsigned long long)want);
+        exit(1);
+    }
+}
+
+/* Reserved address space; pages appear when touched or pinned. */
+static char *map(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        die("mmap");
+    return p;
+}
+
+/* Address space for n slots (a page each, then a page of gap), backed by one shared
+ * memory file mapped again every WINDOW slots. Pinning or touching a slot is then a
+ * minor fault on a page that already exists: on this VM a first touch of fresh memory
+ * costs ~12 us, which would make a million entries take a minute to set up. The caches
+ * key on virtual addresses, so sharing the physical pages changes nothing they do. */
+#define WINDOW 16384ul
+static int slot_fd = -1;
+
+static char *slots_map(uint64_t n)
+{
+    const size_t win = WINDOW * SLOT;
+    if (slot_fd < 0) {
+        slot_fd = memfd_create("bench-slots", MFD_CLOEXEC);
+        if (slot_fd < 0 || ftruncate(slot_fd, (off_t)win))
+            die("memfd");
+    }
+    uint64_t nwin = (n + WINDOW - 1) / WINDOW;
+    char *base = map(nwin * win);
+    for (uint64_t w = 0; w < nwin; w++)
+        if (mmap(base + w * win, win, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, slot_fd, 0) == MAP_FAILED)
+            die("mmap (slots)");
+    return base;
+}
+
+static size_t slots_len(uint64_t n)
+{
+    return (size_t)((n + WINDOW - 1) / WINDOW) * WINDOW * SLOT;
+}
+
+static void touch_slots(char *base, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++)
+        memset(base + i * SLOT, 1, SMALL);
+}
+
+/* Registers slot i of base for i in [from, to). With a cache each is released at once
+ * and stays cached (one live NIC MR per entry); without one it is kept in keep[]. */
+static void fill(char *base, uint64_t from, uint64_t to, void **keep)
+{
+    for (uint64_t i = from; i < to; i++) {
+        void *h = sys_reg(base + i * SLOT, SMALL);
+        if (sys_cached)
+            sys_dereg(h);
+        else
+            keep[i] = h;
+    }
+}
+
+static void unfill(uint64_t from, uint64_t to, void **keep)
+{
+    if (!sys_cached)
+        for (uint64_t i = from; i < to; i++)
+            sys_dereg(keep[i]);
+}
+
+/* ---- 1. hits among 1, 10k and 1M entries ---- */
+
+static double hit_loop(char *const *bufs, unsigned nbufs, uint64_t iters)
+{
+    uint64_t r0 = nic_regs(), t0 = cpu_ns();
+    for (uint64_t i = 0; i < iters; i++) {
+        void *h = sys_reg(bufs[i % nbufs], HOT_LEN);
+        sys_dereg(h);
+    }
+    double ns = (double)(cpu_ns() - t0) / (double)iters;
+    check_nic(r0, iters, "hit loop");
+    return ns;
+}
+
+/* Iterations for about target_ms, from a short trial. */
+static uint64_t calibrate(char *const *bufs, unsigned nbufs, double target_ms)
+{
+    uint64_t n = sys_cached ? 20000 : 200;
+    double ns = hit_loop(bufs, nbufs, n);
+    uint64_t iters = (uint64_t)(target_ms * 1e6 / (ns > 1 ? ns : 1));
+    return iters < 100 ? 100 : iters;
+}
+
+static double hit_measure(char *const *bufs, unsigned nbufs)
+{
+    double v[ROUNDS];
+    uint64_t iters = calibrate(bufs, nbufs, 20);
+    for (int r = 0; r < ROUNDS; r++)
+        v[r] = hit_loop(bufs, nbufs, iters);
+    return median(v, ROUNDS);
+}
+
+#define ROTATE 16
+
+static void w_hit(void)
+{
+    static const struct { uint64_t n; const char *key; } sizes[] = {
+        { 1, "hit_1" }, { 10000, "hit_10k" }, { 1000000, "hit_1m" },
+    };
+    const uint64_t max = 1000000;
+    char *hot = map(HOT_LEN);
+    memset(hot, 1, HOT_LEN);
+    sys_dereg(sys_reg(hot, HOT_LEN));   /* the miss that caches it */
+    char *fillers = slots_map(max);
+    void **keep = sys_cached ? NULL : calloc(max, sizeof(void *));
+    uint64_t have = 1;                   /* entries: the hot buffer, then fillers */
+    for (unsigned s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        fill(fillers, have - 1, sizes[s].n - 1, keep);
+        have = sizes[s].n;
+        put(sizes[s].key, hit_measure(&hot, 1));
+    }
+    /* The same among 1M, cycling through more buffers than a thread keeps at hand: each
+     * hit must find its entry among all the others. */
+    char *rot = map(ROTATE * 2 * HOT_LEN), *bufs[ROTATE];
+    for (unsigned i = 0; i < ROTATE; i++) {
+        bufs[i] = rot + i * 2 * HOT_LEN;
+        memset(bufs[i], 1, HOT_LEN);
+        sys_dereg(sys_reg(bufs[i], HOT_LEN));
+    }
+    put("hit16_1m", hit_measure(bufs, ROTATE));
+    /* Exit without unregistering a million MRs one by one (seconds, and nothing of what
+     * is measured): the kernel releases the pins with the process. */
+    fflush(stdout);
+    _exit(0);
+}
+
+/* ---- 2. two threads hitting private buffers ---- */
+
+struct thr {
+    pthread_t tid;
+    int cpu;
+    char *buf;
+    uint64_t iters;
+    pthread_barrier_t *start;
+    double ns;       /* CPU time per operation */
+    double busy;     /* CPU time / wall time of the timed loop: 1 = never preempted */
+};
+
+static void *thr_main(void *arg)
+{
+    struct thr *t = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(t->cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof(set), &set);   /* best effort */
+    for (int i = 0; i < 1000; i++)                               /* this thread's warm-up */
+        sys_dereg(sys_reg(t->buf, HOT_LEN));
+    pthread_barrier_wait(t->start);
+    uint64_t w0 = now_ns(), c0 = cpu_ns();
+    for (uint64_t i = 0; i < t->iters; i++)
+        sys_dereg(sys_reg(t->buf, HOT_LEN));
+    uint64_t c = cpu_ns() - c0, w = now_ns() - w0;
+    t->ns = (double)c / (double)t->iters;
+    t->busy = (double)c / (double)w;
+    return NULL;
+}
+
+/* Per-operation CPU time of n threads running at once (their mean), or a negative
+ * value if a thread was preempted for more than a tenth of the loop: then the two did
+ * not really contend, and the round says nothing. */
+static double thr_run(char **bufs, int n, uint64_t iters)
+{
+    struct thr t[2];
+    pthread_barrier_t b;
+    pthread_barrier_init(&b, NULL, (unsigned)n);
+    for (int i = 0; i < n; i++) {
+        t[i] = (struct thr){ .cpu = i, .buf = bufs[i], .iters = iters, .start = &b };
+        if (pthread_create(&t[i].tid, NULL, thr_main, &t[i]))
+            die("pthread_create");
+    }
+    double sum = 0;
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i].tid, NULL);
+        sum += t[i].ns;
+        ok &= t[i].busy >= 0.9;
+    }
+    pthread_barrier_destroy(&b);
+    return ok || n == 1 ? sum / n : -1;
+}
+
+static void w_threads(void)
+{
+    /* Private buffers a gap apart: separate mappings may be adjacent, and adjacent
+     * same-rights ranges may be merged into one shared registration. */
+    char *area = map(4 * HOT_LEN), *bufs[2] = { area, area + 2 * HOT_LEN };
+    memset(area, 1, 4 * HOT_LEN);
+    for (int i = 0; i < 2; i++)
+        sys_dereg(sys_reg(bufs[i], HOT_LEN));
+    uint64_t iters = calibrate(bufs, 1, 50);
+    double one[ROUNDS], two[ROUNDS];
+    int got = 0, tries = 0;
+    uint64_t r0 = nic_regs();
+    /* Rounds in which both threads ran throughout; on a busy machine, a few tries more. */
+    for (; got < ROUNDS && tries < 4 * ROUNDS; tries++) {
+        double o = thr_run(bufs, 1, iters), w = thr_run(bufs, 2, iters);
+        if (w < 0)
+            continue;
+        one[got] = o;
+        two[got++] = w;
+    }
+    check_nic(r0, (uint64_t)tries * (3 * iters + 3000), "thread loops");
+    if (got < ROUNDS)
+        fprintf(stderr, "bench: threads: only %d of %d tries ran both threads undisturbed\n", got, tries);
+    if (!got)
+        return;
+    put("thr_1t", median(one, got));
+    put("thr_2t", median(two, got));
+}
+
+/* ---- 3. a program that registers every message ---- */
+
+static void w_permsg(size_t len, const char *key)
+{
+    char *buf = map(len);
+    memset(buf, 1, len);
+    double v[3];
+    uint64_t total = 0, r0 = nic_regs();
+    for (int r = -1; r < 3; r++) {   /* round -1 warms up (and makes the cached entry) */
+        uint64_t t0 = now_ns(), c0 = cpu_ns(), n = 0;
+        do {
+            void *h = sys_reg(buf, len);
+            ((volatile char *)buf)[n % len] = (char)n;   /* the "message" */
+            sys_dereg(h);
+            n++;
+        } while (now_ns() - t0 < 150000000u || n < 20);
+        total += n;
+        if (r >= 0)
+            v[r] = (double)n * 1e9 / (double)(cpu_ns() - c0);
+    }
+    if (sys_cached)
+        r0++;   /* the one miss */
+    check_nic(r0, total, "per-message loop");
+    put(key, median(v, 3));
+}
+
+/* ---- 4. the preload's tax on programs that never register ---- */
+
+#define MSLOTS 4096
+static void *mslot[MSLOTS];
+
+static void w_tax_malloc(void)
+{
+    /* Random sizes from 16 B to 1 KiB over a working set of 4096 blocks, each written
+     * once: what an allocation-heavy program does between its computations. */
+    const uint64_t ops = 2000000;
+    uint64_t x = 88172645463325252ull;
+    double v[ROUNDS];
+    for (int r = -1; r < ROUNDS; r++) {
+        uint64_t t0 = cpu_ns();
+        for (uint64_t i = 0; i < ops; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            unsigned j = (unsigned)(x >> 20) % MSLOTS;
+            size_t size = 16 + (size_t)(x >> 40) % 1009;
+            free(mslot[j]);
+            mslot[j] = malloc(size);
+            if (!mslot[j])
+                die("malloc");
+            memset(mslot[j], (int)i, 16);
+        }
+        if (r >= 0)
+            v[r] = (double)(cpu_ns() - t0) / (double)ops;
+    }
+    put("tax_malloc", median(v, ROUNDS));
+}
+
+static void w_tax_munmap(void)
+{
+    /* Map, touch, unmap 64 KiB: a program managing its own buffers with mmap. */
+    const uint64_t ops = 2000;
+    double v[ROUNDS];
+    for (int r = -1; r < ROUNDS; r++) {
+        uint64_t t0 = cpu_ns();
+        for (uint64_t i = 0; i < ops; i++) {
+            char *p = mmap(NULL, 64 * KIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED)
+                die("mmap");
+            p[0] = 1;
+            if (munmap(p, 64 * KIB))
+                die("munmap");
+        }
+        if (r >= 0)
+            v[r] = (double)(cpu_ns() - t0) / (double)ops;
+    }
+    put("tax_munmap", median(v, ROUNDS));
+}
+
+/* ---- 5. munmap over 16k cached entries ---- */
+
+static void raw_munmap(void *addr, size_t len)
+{
+    if (syscall(SYS_munmap, addr, len))
+        die("munmap (raw)");
+}
+
+static void w_unmap(void)
+{
+    /* Two areas with the same 16k registered pages: X unmapped by the kernel alone (no
+     * hook sees it), Y through the cache's unmap path. The difference is the hook. */
+    const uint64_t n = 16384;
+    void **kx = calloc(n, sizeof(void *)), **ky = calloc(n, sizeof(void *));
+    double v[ROUNDS], raw[ROUNDS];
+    char *dummy = map(SMALL);
+    memset(dummy, 1, SMALL);
+    for (int r = 0; r < ROUNDS; r++) {
+        char *x = slots_map(n), *y = slots_map(n);
+        fill(x, 0, n, kx);
+        fill(y, 0, n, ky);
+        uint64_t tx = 0, ty = 0;
+        for (int k = 0; k < 2; k++) {   /* the order alternates between rounds */
+            uint64_t t0 = cpu_ns();
+            if ((k ^ r) & 1) {
+                sys_unmap(y, slots_len(n));
+                ty = cpu_ns() - t0;
+            } else {
+                raw_munmap(x, slots_len(n));
+                tx = cpu_ns() - t0;
+            }
+        }
+        v[r] = ((double)ty - (double)tx) / (double)n;
+        raw[r] = (double)tx / (double)n;
+        sys_forget(x, slots_len(n));   /* the cache learns of X too: no stale entries */
+        unfill(0, n, kx);
+        unfill(0, n, ky);
+        /* A cache deregisters what the unmaps invalidated at its next call. */
+        sys_dereg(sys_reg(dummy, SMALL));
+    }
+    put("unmap_entry", median(v, ROUNDS));
+    put("unmap_raw_entry", median(raw, ROUNDS));
+}
+
+/* ---- 6. miss overhead ---- */
+
+static void w_miss(void)
+{
+    /* Batches of first registrations of fresh pages, alternating between the NIC alone
+     * and the cache's miss path (register + release, as a program does); the cached
+     * MRs and the NIC's stay registered, so both grow the NIC's tables alike. */
+    if (!sys_cached)
+        return;   /* without a cache there is nothing on top */
+    const uint64_t b = 1024;
+    enum { R = 8 };
+    char *base = slots_map(2 * R * b);
+    touch_slots(base, 2 * R * b);
+    void **keep = calloc(R * b, sizeof(void *));
+    double v[R], nic[R];
+    uint64_t kept = 0;
+    for (int r = 0; r < R; r++) {
+        char *a = base + 2 * r * b * SLOT, *c = a + b * SLOT;
+        uint64_t tn = 0, tc = 0;
+        for (int k = 0; k < 2; k++) {
+            uint64_t t0 = cpu_ns();
+            if ((k ^ r) & 1) {
+                uint64_t r0 = nic_regs();
+                for (uint64_t i = 0; i < b; i++)
+                    sys_dereg(sys_reg(c + i * SLOT, SMALL));
+                tc = cpu_ns() - t0;
+                if (nic_regs() - r0 != b)
+                    die("a miss did not register");
+            } else {
+                for (uint64_t i = 0; i < b; i++)
+                    keep[kept++] = sys_nic_reg(a + i * SLOT, SMALL);
+                tn = cpu_ns() - t0;
+            }
+        }
+        v[r] = ((double)tc - (double)tn) / (double)b;
+        nic[r] = (double)tn / (double)b;
+    }
+    for (uint64_t i = 0; i < kept; i++)
+        sys_nic_dereg(keep[i]);
+    put("miss_over", median(v, R));
+    put("miss_nic", median(nic, R));
+}
+
+/* ---- 7. memory per cached entry ---- */
+
+static double rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size, res;
+    if (!f || fscanf(f, "%lu %lu", &size, &res) != 2)
+        die("/proc/self/statm");
+    fclose(f);
+    return (double)res * (double)sysconf(_SC_PAGESIZE);
+}
+
+static void w_memory(void)
+{
+    /* RSS growth over 100k registered (and, with a cache, released) pages that were
+     * touched beforehand: the NIC's own per-MR memory, plus the cache's per entry. */
+    const uint64_t n = 100000;
+    char *base = slots_map(n + 1);
+    touch_slots(base, n + 1);
+    void **keep = calloc(n + 1, sizeof(void *));
+    memset(keep, 0, (n + 1) * sizeof(void *));   /* resident before the first reading */
+    fill(base, n, n + 1, keep);                  /* first-use set-up stays out of the delta */
+    double before = rss_bytes();
+    fill(base, 0, n, keep);
+    double after = rss_bytes();
+    put("mem_entry", (after - before) / (double)n);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s SYSTEM WORKLOAD\n  SYSTEM: nocache|mrcache (verbs binary), ucx\n"
+                        "  WORKLOAD: hit threads msg1m msg16m tax-malloc tax-munmap unmap miss memory\n",
+                argv[0]);
+        return 2;
+    }
+    const char *w = argv[2];
+    /* The programs that never register never touch the NIC either. */
+    if (!strcmp(w, "tax-malloc"))
+        w_tax_malloc();
+    else if (!strcmp(w, "tax-munmap"))
+        w_tax_munmap();
+    else {
+        sys_init();
+        int want = strcmp(argv[1], "nocache") != 0;
+        if (want != sys_cached) {
+            fprintf(stderr, "bench: system %s, but the %s binary %s a cache (LD_PRELOAD?)\n", argv[1],
+                    SYS_BINARY, sys_cached ? "has" : "lacks");
+            return 1;
+        }
+        if (!strcmp(w, "hit"))
+            w_hit();
+        else if (!strcmp(w, "threads"))
+            w_threads();
+        else if (!strcmp(w, "msg1m"))
+            w_permsg(1 * MIB, "msg_1m");
+        else if (!strcmp(w, "msg16m"))
+            w_permsg(16 * MIB, "msg_16m");
+        else if (!strcmp(w, "unmap"))
+            w_unmap();
+        else if (!strcmp(w, "miss"))
+            w_miss();
+        else if (!strcmp(w, "memory"))
+            w_memory();
+        else {
+            fprintf(stderr, "bench: unknown workload %s\n", w);
+            return 2;
+        }
+    }
+    return 0;
+}

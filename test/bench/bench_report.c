@@ -1,0 +1,284 @@
+/* bench_report.c - turns the "SYSTEM KEY VALUE" lines of run-bench.sh (one per process
+ * and figure) into the results table: printed, and written as JSON and markdown.
+ * Usage: bench_report RAW JSON MD MACHINE. Invariants: every figure is the median over
+ * the alternated processes of one system; every ratio compares systems measured in the
+ * same run; a figure that is missing shows as "-" and its goal as not met. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum sys { NOCACHE, MRCACHE, UCX, NSYS };
+static const char *const sys_names[NSYS] = { "nocache", "mrcache", "ucx" };
+
+#define MAXKEYS 64
+#define MAXVALS 64
+
+struct series {
+    char key[32];
+    double v[NSYS][MAXVALS];
+    int n[NSYS];
+};
+
+static struct series ser[MAXKEYS];
+static int nser;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void load(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    char sys[32], key[32];
+    double v;
+    while (fscanf(f, "%31s %31s %lf", sys, key, &v) == 3) {
+        int s = -1;
+        for (int i = 0; i < NSYS; i++)
+            if (!strcmp(sys, sys_names[i]))
+                s = i;
+        if (s < 0)
+            continue;
+        int k = 0;
+        while (k < nser && strcmp(ser[k].key, key))
+            k++;
+        if (k == nser) {
+            if (nser == MAXKEYS)
+                continue;
+            snprintf(ser[nser++].key, sizeof(ser[0].key), "%s", key);
+        }
+        if (ser[k].n[s] < MAXVALS)
+            ser[k].v[s][ser[k].n[s]++] = v;
+    }
+    fclose(f);
+}
+
+/* Median over processes of one system's figure, or NAN if it never ran. */
+static double med(enum sys s, const char *key)
+{
+    for (int k = 0; k < nser; k++) {
+        if (strcmp(ser[k].key, key) || !ser[k].n[s])
+            continue;
+        int n = ser[k].n[s];
+        double v[MAXVALS];
+        memcpy(v, ser[k].v[s], sizeof(double) * (size_t)n);
+        qsort(v, (size_t)n, sizeof(double), cmp_double);
+        return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    }
+    return NAN;
+}
+
+struct row {
+    char workload[96];
+    char cell[NSYS][48];
+    double fig[NSYS];     /* the figure behind each cell, for the JSON */
+    char unit[16];
+    double ratio;
+    char ratio_what[32];
+    char goal[64];
+    int met;
+};
+
+static struct row rows[32];
+static int nrows;
+
+/* A cell: pre, v with prec decimals, then unit ("-" if v is missing). */
+static void cell(struct row *r, enum sys s, double v, int prec, const char *pre, const char *unit)
+{
+    r->fig[s] = v;
+    if (isnan(v))
+        snprintf(r->cell[s], sizeof(r->cell[s]), "-");
+    else
+        snprintf(r->cell[s], sizeof(r->cell[s]), "%s%.*f%s", pre, prec, v, unit);
+}
+
+static struct row *row_new(const char *workload, const char *unit)
+{
+    struct row *r = &rows[nrows++];
+    memset(r, 0, sizeof(*r));
+    snprintf(r->workload, sizeof(r->workload), "%s", workload);
+    snprintf(r->unit, sizeof(r->unit), "%s", unit);
+    for (int s = 0; s < NSYS; s++)
+        cell(r, (enum sys)s, NAN, 0, "", "");
+    r->ratio = NAN;
+    return r;
+}
+
+static void verdict(struct row *r, double ratio, const char *what, int le, double bound, const char *goal)
+{
+    r->ratio = ratio;
+    snprintf(r->ratio_what, sizeof(r->ratio_what), "%s", what);
+    snprintf(r->goal, sizeof(r->goal), "%s", goal);
+    r->met = !isnan(ratio) && (le ? ratio <= bound : ratio >= bound);
+}
+
+static void build(void)
+{
+    static const struct { const char *key, *name; } hits[] = {
+        { "hit_1", "1. hit, 64 KiB, 1 entry" },
+        { "hit_10k", "1. hit, 64 KiB, 10k entries" },
+        { "hit_1m", "1. hit, 64 KiB, 1M entries" },
+        { "hit16_1m", "1. hit, 16 buffers in turn, 1M entries" },
+    };
+    for (unsigned i = 0; i < sizeof(hits) / sizeof(hits[0]); i++) {
+        struct row *r = row_new(hits[i].name, "ns/op");
+        for (int s = 0; s < NSYS; s++)
+            cell(r, (enum sys)s, med((enum sys)s, hits[i].key), 1, "", " ns");
+        verdict(r, r->fig[MRCACHE] / r->fig[UCX], "mrcache/ucx", 1, 1.0, "<= 1.00x UCX");
+    }
+
+    struct row *r = row_new("2. two threads, private buffers (x 1 thread)", "ns/op");
+    double two[NSYS], one[NSYS];
+    for (int s = 0; s < NSYS; s++) {
+        one[s] = med((enum sys)s, "thr_1t");
+        two[s] = med((enum sys)s, "thr_2t");
+        r->fig[s] = two[s];
+        if (isnan(two[s]))
+            snprintf(r->cell[s], sizeof(r->cell[s]), "-");
+        else
+            snprintf(r->cell[s], sizeof(r->cell[s]), "%.1f ns (%.2fx)", two[s], two[s] / one[s]);
+    }
+    verdict(r, two[MRCACHE] / one[MRCACHE], "mrcache 2T/1T", 1, 1.2, "<= 1.20x 1 thread");
+
+    static const struct { const char *key, *name; } msgs[] = {
+        { "msg_1m", "3. register per message, 1 MiB" },
+        { "msg_16m", "3. register per message, 16 MiB" },
+    };
+    for (unsigned i = 0; i < 2; i++) {
+        r = row_new(msgs[i].name, "msg/s");
+        for (int s = 0; s < NSYS; s++)
+            cell(r, (enum sys)s, med((enum sys)s, msgs[i].key), 0, "", " msg/s");
+        verdict(r, r->fig[MRCACHE] / r->fig[NOCACHE], "mrcache/nocache", 0, 20.0, ">= 20x no cache");
+    }
+
+    r = row_new("4. preload tax, malloc-heavy", "ns/op");
+    cell(r, NOCACHE, med(NOCACHE, "tax_malloc"), 2, "", " ns");
+    cell(r, MRCACHE, med(MRCACHE, "tax_malloc"), 2, "", " ns");
+    verdict(r, r->fig[MRCACHE] / r->fig[NOCACHE], "mrcache/nocache", 1, 1.02, "<= 1.02x no preload");
+    r = row_new("4. preload tax, munmap-heavy", "ns/op");
+    cell(r, NOCACHE, med(NOCACHE, "tax_munmap"), 0, "", " ns");
+    cell(r, MRCACHE, med(MRCACHE, "tax_munmap"), 0, "", " ns");
+    verdict(r, r->fig[MRCACHE] / r->fig[NOCACHE], "mrcache/nocache", 1, 1.05, "<= 1.05x no preload");
+
+    r = row_new("5. munmap over 16k entries, hook per entry", "ns/entry");
+    for (int s = 0; s < NSYS; s++)
+        cell(r, (enum sys)s, med((enum sys)s, "unmap_entry"), 0, "", " ns");
+    verdict(r, r->fig[MRCACHE] / r->fig[UCX], "mrcache/ucx", 1, 1.0 / 6,
+            "<= UCX/6 (0.2 of UCX's 1.2 us)");
+
+    r = row_new("6. miss overhead over the NIC registration", "ns");
+    cell(r, MRCACHE, med(MRCACHE, "miss_over"), 0, "", " ns");
+    cell(r, UCX, med(UCX, "miss_over"), 0, "", " ns");
+    snprintf(r->cell[NOCACHE], sizeof(r->cell[NOCACHE]), "(NIC %.0f ns)", med(MRCACHE, "miss_nic"));
+    r->fig[NOCACHE] = med(MRCACHE, "miss_nic");
+    verdict(r, r->fig[MRCACHE] / r->fig[UCX], "mrcache/ucx", 1, 0.5, "<= UCX/2 (0.5 of UCX's ~1 us)");
+
+    r = row_new("7. memory per cached entry (NIC's own per MR subtracted)", "B");
+    double nic = med(NOCACHE, "mem_entry");
+    cell(r, NOCACHE, nic, 0, "(NIC ", " B)");
+    cell(r, MRCACHE, med(MRCACHE, "mem_entry") - nic, 0, "", " B");
+    cell(r, UCX, med(UCX, "mem_entry") - nic, 0, "", " B");
+    verdict(r, r->fig[MRCACHE], "mrcache bytes", 1, 128, "<= 128 B");
+}
+
+static void print_table(FILE *f, int md, const char *machine)
+{
+    static const char *const hdr[] = { "workload", "(a) no cache", "(b) libmrcache", "(c) UCX rcache",
+                                       "ratio", "goal", "met" };
+    if (md) {
+        fprintf(f, "Machine: %s\n\n", machine);
+        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s |\n", hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6]);
+        fprintf(f, "|---|---:|---:|---:|---:|---|---|\n");
+    } else {
+        fprintf(f, "machine: %s\n", machine);
+        fprintf(f, "%-58s %-18s %-18s %-18s %-24s %-32s %s\n", hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6]);
+    }
+    for (int i = 0; i < nrows; i++) {
+        struct row *r = &rows[i];
+        char ratio[64];
+        if (isnan(r->ratio))
+            snprintf(ratio, sizeof(ratio), "-");
+        else if (!strcmp(r->ratio_what, "mrcache bytes"))
+            snprintf(ratio, sizeof(ratio), "%.0f B", r->ratio);
+        else
+            snprintf(ratio, sizeof(ratio), "%.3fx %s", r->ratio, r->ratio_what);
+        const char *met = r->met ? "met" : "MISSED";
+        if (md)
+            fprintf(f, "| %s | %s | %s | %s | %s | %s | %s |\n", r->workload, r->cell[0], r->cell[1], r->cell[2],
+                    ratio, r->goal, r->met ? "met" : "**missed**");
+        else
+            fprintf(f, "%-58s %-18s %-18s %-18s %-24s %-32s %s\n", r->workload, r->cell[0], r->cell[1],
+                    r->cell[2], ratio, r->goal, met);
+    }
+    if (md)
+        fprintf(f, "\nMedians of alternated processes per system; each process reports the median of its "
+                   "rounds. (c) is UCX 1.13.1's ucs_rcache as a library over the same NIC; row 5 is the "
+                   "hooked munmap minus a raw munmap of the same pinned pages; row 7 subtracts the "
+                   "NIC's own memory per MR, measured without a cache.\n");
+}
+
+static void json_num(FILE *f, double v)
+{
+    if (isnan(v))
+        fprintf(f, "null");
+    else
+        fprintf(f, "%.4f", v);
+}
+
+static void write_json(FILE *f, const char *machine)
+{
+    fprintf(f, "{\n  \"machine\": \"%s\",\n  \"rows\": [\n", machine);
+    for (int i = 0; i < nrows; i++) {
+        struct row *r = &rows[i];
+        fprintf(f, "    {\"workload\": \"%s\", \"unit\": \"%s\"", r->workload, r->unit);
+        for (int s = 0; s < NSYS; s++) {
+            fprintf(f, ", \"%s\": ", sys_names[s]);
+            json_num(f, r->fig[s]);
+        }
+        fprintf(f, ", \"ratio\": ");
+        json_num(f, r->ratio);
+        fprintf(f, ", \"ratio_of\": \"%s\", \"goal\": \"%s\", \"met\": %s}%s\n", r->ratio_what, r->goal,
+                r->met ? "true" : "false", i + 1 < nrows ? "," : "");
+    }
+    fprintf(f, "  ],\n  \"runs\": {\n");
+    for (int k = 0; k < nser; k++) {
+        fprintf(f, "    \"%s\": {", ser[k].key);
+        for (int s = 0; s < NSYS; s++) {
+            fprintf(f, "%s\"%s\": [", s ? ", " : "", sys_names[s]);
+            for (int j = 0; j < ser[k].n[s]; j++) {
+                fprintf(f, j ? ", " : "");
+                json_num(f, ser[k].v[s][j]);
+            }
+            fprintf(f, "]");
+        }
+        fprintf(f, "}%s\n", k + 1 < nser ? "," : "");
+    }
+    fprintf(f, "  }\n}\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s RAW JSON MD MACHINE\n", argv[0]);
+        return 2;
+    }
+    load(argv[1]);
+    build();
+    print_table(stdout, 0, argv[4]);
+    FILE *j = fopen(argv[2], "w"), *m = fopen(argv[3], "w");
+    if (!j || !m) {
+        perror("output");
+        return 1;
+    }
+    write_json(j, argv[4]);
+    print_table(m, 1, argv[4]);
+    fclose(j);
+    fclose(m);
+    return 0;
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# run-bench.sh - runs the issue-6 workloads in alternated processes, each system in its
+# own: (a) bench_verbs alone, (b) bench_verbs with libmrcache preloaded, (c) bench_ucx
+# (libucs never shares a process with libmrcache). Collects "system key value" lines in
+# BUILD/bench/raw.txt; bench_report prints the table and writes results.json and .md.
+# Usage: run-bench.sh [BUILD [REPS]]   (REPS: processes per system, default 3)
+set -euo pipefail
+BUILD=${1:-build}
+REPS=${2:-${BENCH_REPS:-3}}
+B=$BUILD/bench
+LIB=$(cd "$BUILD" && pwd)/libmrcache.so
+raw=$B/raw.txt
+: >"$raw"
+unset LD_PRELOAD
+export LD_LIBRARY_PATH=$BUILD/snic${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# UCX as a library: no code patching, no malloc hooks; the benchmark feeds it unmaps.
+UCX_ENV=(UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MALLOC_RELOC=n)
+# Room for the million-entry workload, and no statistics report on stderr.
+MRC_ENV=(LD_PRELOAD="$LIB" MRCACHE_MAX_ENTRIES=2M MRCACHE_MAX_BYTES=16G MRCACHE_STATS=off)
+
+run() { # SYSTEM WORKLOAD [VAR=value...]
+    local sys=$1 w=$2 out
+    shift 2
+    local -a cmd
+    case $sys in
+    nocache) cmd=(env "$@" "$B/bench_verbs" nocache "$w") ;;
+    mrcache) cmd=(env "${MRC_ENV[@]}" "$@" "$B/bench_verbs" mrcache "$w") ;;
+    ucx) cmd=(env "${UCX_ENV[@]}" "$@" "$B/bench_ucx" ucx "$w") ;;
+    esac
+    out=$("${cmd[@]}") || { echo "run-bench.sh: '$sys $w' failed" >&2; exit 1; }
+    [ -z "$out" ] || printf '%s\n' "$out" | sed "s/^/$sys /" >>"$raw"
+}
+
+# WORKLOAD REPS "SYSTEMS" [VAR=value...]: the systems in turn, the order reversed on
+# every other repetition, so that drift in the machine hits each system alike.
+alt() {
+    local w=$1 reps=$2 systems=$3 rep s
+    shift 3
+    for ((rep = 1; rep <= reps; rep++)); do
+        local order=$systems
+        ((rep % 2)) || order=$(printf '%s\n' $systems | tac | tr '\n' ' ')
+        printf 'bench: %-10s %d/%d\n' "$w" "$rep" "$reps" >&2
+        for s in $order; do run "$s" "$w" "$@"; done
+    done
+}
+
+load_start=$(cut -d' ' -f1 /proc/loadavg)
+t0=$(date +%s)
+alt hit "$REPS" "nocache mrcache ucx"
+alt threads "$REPS" "nocache mrcache ucx"
+alt msg1m "$REPS" "nocache mrcache ucx" SNIC_REG_COST_NS=16000,0.06
+alt msg16m "$REPS" "nocache mrcache ucx" SNIC_REG_COST_NS=16000,0.06
+alt tax-malloc $((REPS + 2)) "nocache mrcache"
+alt tax-munmap $((REPS + 2)) "nocache mrcache"
+alt unmap "$REPS" "nocache mrcache ucx"
+alt miss "$REPS" "mrcache ucx"
+alt memory "$REPS" "nocache mrcache ucx"
+load_end=$(cut -d' ' -f1 /proc/loadavg)
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
+glibc=$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)
+ucx=$(dpkg-query -W -f='${Version}' libucx0 2>/dev/null || echo unknown)
+machine="$cpu, $(nproc) cores, $mem RAM, Linux $(uname -r), glibc $glibc, UCX $ucx;"
+machine+=" $REPS processes per system, $(($(date +%s) - t0)) s; load average $load_start at start, $load_end at end"
+machine=${machine//\"/}
+"$B/bench_report" "$raw" "$B/results.json" "$B/results.md" "$machine"
+echo "bench: wrote $B/results.json and $B/results.md"
