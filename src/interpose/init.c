@@ -6,6 +6,7 @@
  * state is 'initialising' before any call that could re-enter); a forked child forgets
  * the parent's cache without deregistering anything. */
 #include <dlfcn.h>
+#include <infiniband/verbs.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -82,6 +83,19 @@ void mrc_on_first_registration(void)
     /* Registered now, not in the constructor, so that it runs before the destructors
      * of libraries loaded since (libibverbs, its providers). */
     atexit(on_exit_handler);
+}
+
+void mrc_before_fork(void)
+{
+    /* In rdma-core's fork-safe mode (ibv_fork_init, RDMAV_FORK_SAFE, on kernels without
+     * copy-on-fork for pinned pages) registered pages are MADV_DONTFORK: absent in the
+     * child. Memory the program deregistered must be there, so idle cached MRs are
+     * deregistered first. Done before fork, not in an atfork handler, whose order
+     * against libibverbs' own handlers is not ours to choose. */
+    if (!mrc_ready() || !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_ACQUIRE) || mrc_real_resolve_verbs() ||
+        !mrc_real.is_fork_initialized || mrc_real.is_fork_initialized() != IBV_FORK_ENABLED)
+        return;
+    mrc_cache_flush(&mrc_g.cache, NULL, NULL);
 }
 
 static void fork_prepare(void)

@@ -39,6 +39,7 @@ void mrc_real_resolve_libc(void)
     NEXT(pvalloc, "pvalloc");
     NEXT(malloc_trim, "malloc_trim");
     NEXT(mallopt, "mallopt");
+    NEXT(fork, "fork");
     /* glibc's free is also its __libc_free: if the next free is another allocator's
      * (jemalloc preloaded after us, a sanitizer), its chunks are not glibc's. No dlopen
      * here: this may run inside another allocator's initialisation, and dlopen mallocs. */
@@ -72,6 +73,7 @@ int mrc_real_resolve_verbs(void)
         *(void **)&mrc_real.rereg_mr = verbs_sym(lib, "ibv_rereg_mr", "IBVERBS_1.1");
         *(void **)&mrc_real.dealloc_pd = verbs_sym(lib, "ibv_dealloc_pd", "IBVERBS_1.1");
         *(void **)&mrc_real.close_device = verbs_sym(lib, "ibv_close_device", "IBVERBS_1.1");
+        *(void **)&mrc_real.is_fork_initialized = verbs_sym(lib, "ibv_is_fork_initialized", "IBVERBS_1.13");
         /* The handle from dlopen is kept: libibverbs stays loaded while MRs exist. */
         if (mrc_real.reg_mr_iova2 && mrc_real.dereg_mr && mrc_real.dealloc_pd && mrc_real.close_device) {
             __atomic_store_n(&verbs_ready, 1, __ATOMIC_RELEASE);

@@ -35,6 +35,7 @@ struct mrc_real_fns {
     void *(*pvalloc)(size_t);
     int (*malloc_trim)(size_t);
     int (*mallopt)(int, int);
+    pid_t (*fork)(void);
     /* libibverbs */
     struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
     struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int);
@@ -42,6 +43,7 @@ struct mrc_real_fns {
     int (*rereg_mr)(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int);
     int (*dealloc_pd)(struct ibv_pd *);
     int (*close_device)(struct ibv_context *);
+    int (*is_fork_initialized)(void);   /* enum ibv_fork_status; NULL before rdma-core 35 */
 };
 
 extern struct mrc_real_fns mrc_real;

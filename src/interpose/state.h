@@ -41,4 +41,7 @@ void mrc_init(void);
 /* Called on the first registration: arranges the exit-time flush and stats dump. */
 void mrc_on_first_registration(void);
 
+/* Called by the fork hook before the real fork. */
+void mrc_before_fork(void);
+
 #endif

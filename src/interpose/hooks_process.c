@@ -1,0 +1,20 @@
+/* hooks_process.c - the exported fork: deregisters idle cached MRs first when rdma-core
+ * is in fork-safe mode (see mrc_before_fork), then forks. posix_spawn and system do not
+ * come here: they exec at once, so what the child inherits does not matter. */
+#include <errno.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "interpose/export.h"
+#include "interpose/real.h"
+#include "interpose/state.h"
+
+MRC_EXPORT pid_t fork(void)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.fork) {
+        errno = ENOSYS;
+        return -1;
+    }
+    mrc_before_fork();
+    return mrc_real.fork();
+}
