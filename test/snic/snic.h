@@ -1,0 +1,66 @@
+/* snic.h - test-only API of the software NIC (build/snic/libibverbs.so.1, node SNIC_1.0):
+ * the "remote peer" and "local DMA engine" of a NIC, plus its counters.
+ * Data moves into and out of the MR's pinned pages (io_uring fixed buffers), never
+ * through the process page tables, so an MR whose memory was unmapped still hits the old
+ * pages. Addresses are in the MR's iova space. Every call returns 0 or an errno value. */
+#ifndef SNIC_H
+#define SNIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Environment, read once at load:
+ *   SNIC_REG_COST_NS="FIXED[,PER_BYTE]"  every registration takes at least FIXED +
+ *       PER_BYTE * length ns in total (busy wait), e.g. "16000,0.06" (UCX's NIC model);
+ *       default 0; a bad value is reported on stderr once and ignored.
+ *   SNIC_COPY_ON_FORK=0|1  ibv_is_fork_initialized() says IBV_FORK_UNNEEDED (1, default:
+ *       true of io_uring pins on this kernel) or reports ibv_fork_init's state (0).
+ *   RDMAV_FORK_SAFE / IBV_FORK_SAFE  as in rdma-core: ibv_fork_init() at the first
+ *       ibv_get_device_list(), then registered pages are MADV_DONTFORK.
+ *
+ * fork(): the child gets a fresh NIC (own io_uring, opened lazily; counters at zero). It
+ * may open the device, allocate PDs, register its own memory and use snic_* on its own
+ * keys. The parent's keys are unknown to it (EINVAL); verbs on objects it inherited
+ * (alloc_pd on a context, reg/dealloc on a PD, dereg/rereg of an MR) fail with EIO and a
+ * stderr line, and never touch the parent's MRs; ibv_close_device on an inherited context
+ * only frees the child's copy. The parent is never affected by what the child does.
+ *
+ * Differences from a real NIC: memory must be writable (io_uring pins for write, so a
+ * read-only mapping fails EFAULT even for a read-only MR); a THP-backed page is charged
+ * to VmPin/RLIMIT_MEMLOCK whole; RLIMIT_MEMLOCK is charged per user, not per process;
+ * ibv_close_device fails EBUSY while PDs remain (rdma-core's kernel would clean up). */
+
+/* A peer's RDMA WRITE of len bytes from src to [remote_addr, +len) of the MR with this
+ * rkey. EINVAL: unknown or deregistered key, or range outside the MR; EACCES: the MR
+ * lacks IBV_ACCESS_REMOTE_WRITE. */
+int snic_rdma_write(uint32_t rkey, uint64_t remote_addr, const void *src, size_t len);
+
+/* A peer's RDMA READ; needs IBV_ACCESS_REMOTE_READ. Errors as snic_rdma_write. */
+int snic_rdma_read(uint32_t rkey, uint64_t remote_addr, void *dst, size_t len);
+
+/* The NIC writing into local memory (a receive, a READ response) through an lkey;
+ * needs IBV_ACCESS_LOCAL_WRITE. Errors as snic_rdma_write. */
+int snic_local_write(uint32_t lkey, uint64_t addr, const void *src, size_t len);
+
+/* The NIC reading local memory (a send) through an lkey; always allowed. */
+int snic_local_read(uint32_t lkey, uint64_t addr, void *dst, size_t len);
+
+/* Counters since the library was loaded; a forked child starts from zero (its NIC is
+ * fresh: inherited objects fail EIO there, the parent's are untouched).
+ * reg_calls/dereg_calls count MRs created/destroyed (successful calls only; rereg is
+ * neither); iova2_entries counts every entry into ibv_reg_mr_iova2, including the PLT
+ * re-entry from ibv_reg_mr and ibv_reg_mr_iova; pinned_bytes is the sum of the page spans
+ * of the live MRs, what ib_umem_get adds to VmPin (io_uring charges a whole transparent
+ * huge page for any part of it, so VmPin can exceed it for THP-backed memory);
+ * pinned_peak is its maximum since snic_reset_peak. */
+struct snic_stats {
+    uint64_t live_mrs, live_pds, reg_calls, dereg_calls, iova2_entries, pinned_bytes,
+        pinned_peak;
+};
+
+void snic_get_stats(struct snic_stats *out);
+
+/* Restart pinned_peak from the current pinned_bytes. */
+void snic_reset_peak(void);
+
+#endif
