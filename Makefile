@@ -37,6 +37,13 @@ DEP_HEADERS := /usr/include/infiniband/verbs.h /usr/include/uthash.h \
                /usr/include/liburing.h /usr/include/x86_64-linux-gnu/libunwind.h
 
 LIB      := $(BUILD)/libmrcache.so
+# The version is the public header's (include/mrcache.h, "ABI"): the soname carries its
+# major number, bumped only if an exported symbol is ever removed; the file both numbers.
+MRC_MAJOR  := $(shell awk '$$2 == "MRCACHE_VERSION_MAJOR" {print $$3}' include/mrcache.h)
+MRC_MINOR  := $(shell awk '$$2 == "MRCACHE_VERSION_MINOR" {print $$3}' include/mrcache.h)
+MRC_SONAME := libmrcache.so.$(MRC_MAJOR)
+INCLUDEDIR   ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 LIB_SRCS := $(sort $(wildcard src/*/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 # The cache core and what it uses: linked into unit tests with no verbs and no hooks.
@@ -59,7 +66,7 @@ $(BUILD)/obj/%.o: src/%.c | $(DEPS_STAMP)
 	$(CC) $(CFLAGS) -fvisibility=hidden -ftls-model=initial-exec -Isrc -Iinclude -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,libmrcache.so.0 -ldl -lpthread
+	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,$(MRC_SONAME) -ldl -lpthread
 
 # The software NIC's fragment first: the others use its variables.
 include test/snic/snic.mk
@@ -79,11 +86,18 @@ tsan:
 tsan-run: $(TSAN_CMDS)
 	@scripts/run-tests.sh $(foreach e,$(TEST_ENV),-e $(e)) -- $(TSAN_CMDS)
 
+# libmrcache.so.MAJOR.MINOR, the soname link (what LD_PRELOAD names), the dev link; the
+# header and mrcache.pc (a header-only binding: `pkg-config --cflags --libs mrcache`).
 install: $(LIB)
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PREFIX)/include
-	install -m 0755 $(LIB) $(DESTDIR)$(LIBDIR)/libmrcache.so.0
-	ln -sf libmrcache.so.0 $(DESTDIR)$(LIBDIR)/libmrcache.so
-	install -m 0644 include/*.h $(DESTDIR)$(PREFIX)/include/
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 0755 $(LIB) $(DESTDIR)$(LIBDIR)/$(MRC_SONAME).$(MRC_MINOR)
+	ln -sf $(MRC_SONAME).$(MRC_MINOR) $(DESTDIR)$(LIBDIR)/$(MRC_SONAME)
+	ln -sf $(MRC_SONAME) $(DESTDIR)$(LIBDIR)/libmrcache.so
+	install -m 0644 include/mrcache.h $(DESTDIR)$(INCLUDEDIR)/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	    -e 's|@MAJOR@|$(MRC_MAJOR)|g' -e 's|@VERSION@|$(MRC_MAJOR).$(MRC_MINOR)|g' \
+	    scripts/mrcache.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/mrcache.pc
+	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/mrcache.pc
 
 clean:
 	rm -rf build build-asan build-tsan

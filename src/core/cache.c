@@ -306,6 +306,8 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
     if (n) {
         mrc_stat_add(MRC_STAT_INVALIDATED, n);
         mrc_stat_add((enum mrc_stat)(MRC_STAT_INVAL_BASE + cause), n);
+        if (c->p.deferred_full && LD(&c->deferred_bytes) > c->p.max_deferred_bytes)
+            c->p.deferred_full(c->p.deferred_full_arg);
     }
     return ticket;
 }

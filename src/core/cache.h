@@ -33,11 +33,17 @@ struct mrc_cache_params {
     struct mrc_cache_ops ops;
     uint64_t max_entries;        /* idle entries are evicted (LRU) past this many in the tree */
     uint64_t max_bytes;          /* ... or past this many registered bytes in the tree */
-    uint64_t max_deferred_bytes; /* deferred deregistrations past this are drained at once */
+    uint64_t max_deferred_bytes; /* past this many deferred bytes, deferred_full is called */
     uint64_t page_size;
     uint32_t remote_mask;        /* access bits that grant a peer anything: matched exactly */
     uint32_t local_super_mask;   /* bits a local-only request may be given more of */
     enum mrc_remote_policy remote_policy;
+    /* Optional: called (from any context, hooks included, without the cache lock) when
+     * deferred deregistrations exceed max_deferred_bytes, so that someone outside the
+     * hook drains them even if the program makes no further cache call. Must not
+     * allocate, block or call back into the cache. */
+    void (*deferred_full)(void *arg);
+    void *deferred_full_arg;
 };
 
 /* Entry flags. */

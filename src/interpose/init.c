@@ -16,6 +16,7 @@
 
 #include "backend/mr.h"
 #include "backend/verbs_ops.h"
+#include "interpose/drainer.h"
 #include "interpose/real.h"
 #include "interpose/state.h"
 #include "monitor/glibc_heap.h"
@@ -76,6 +77,7 @@ static void on_exit_handler(void)
 void mrc_on_first_registration(void)
 {
     static int done;
+    mrc_drainer_start();   /* cheap once started; a forked child starts its own */
     if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
         return;
     if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
@@ -115,6 +117,7 @@ static void fork_child(void)
     /* The child shares the parent's device file: deregistering an inherited MR would
      * deregister the parent's. Forget them; handles made before fork are ignored. */
     mrc_pool_reset_lock(&mrc_g.handles);
+    mrc_drainer_forget();
     mrc_g.fork_gen++;
     mrc_cache_forget(&mrc_g.cache);
     mrc_stats_child_reset();
@@ -144,6 +147,7 @@ void mrc_init(void)
         .remote_mask = mrc_verbs_remote_mask(),
         .local_super_mask = mrc_verbs_local_super_mask(),
         .remote_policy = (enum mrc_remote_policy)mrc_g.cfg.remote_policy,
+        .deferred_full = mrc_drainer_wake,
     };
     mrc_cache_init(&mrc_g.cache, &p);
     mrc_g.watch_unmaps = (mrc_g.cfg.monitor & MRC_MONITOR_PRELOAD) != 0;

@@ -355,6 +355,38 @@ static void test_deferred_drained_by_next_call(void)
     mrc_cache_put(&cache, e);
 }
 
+static int full_calls;
+static void on_full(void *arg)
+{
+    (void)arg;
+    full_calls++;
+}
+
+static void test_deferred_bound_calls_for_help(void)
+{
+    fake_init(&fb);
+    struct mrc_cache_params p = {
+        .ops = { fake_reg, fake_dereg, &fb },
+        .max_entries = 1000, .max_bytes = 1ull << 40, .max_deferred_bytes = 4 * PG,
+        .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
+        .deferred_full = on_full,
+    };
+    CHECK(mrc_cache_init(&cache, &p) == 0);
+    full_calls = 0;
+    for (int i = 0; i < 8; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0xd000000 + (uint64_t)i * 0x10000, PG, LW));
+    fb.forbidden = 1;
+    for (int i = 0; i < 4; i++)     /* 4 pages deferred: at the bound, not past it */
+        mrc_cache_invalidate(&cache, 0xd000000 + (uint64_t)i * 0x10000, PG, MRC_INVAL_MUNMAP);
+    CHECK(full_calls == 0);
+    mrc_cache_invalidate(&cache, 0xd040000, PG, MRC_INVAL_MUNMAP);
+    CHECK(full_calls == 1);
+    fb.forbidden = 0;
+    CHECK(fb.forbidden_calls == 0);
+    mrc_cache_drain(&cache);
+    CHECK(fb.live == 3);
+}
+
 static int match_domain(const struct mrc_entry *e, void *arg) { return e->domain == arg; }
 
 static void test_flush_by_domain(void)
@@ -539,6 +571,7 @@ int main(void)
     RUN(test_invalidate_in_use_deregisters_at_last_release);
     RUN(test_invalidate_outside_and_at_top_of_space);
     RUN(test_deferred_drained_by_next_call);
+    RUN(test_deferred_bound_calls_for_help);
     RUN(test_flush_by_domain);
     RUN(test_forget_never_deregisters);
     RUN(test_gauges_and_stats);

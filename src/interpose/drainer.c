@@ -1,0 +1,76 @@
+/* drainer.c - a helper thread that deregisters invalidated MRs when the unmap hooks have
+ * deferred more than MRCACHE_MAX_DEFERRED bytes: hooks may not deregister, and a
+ * program that unmaps registered memory and then makes no verbs call would otherwise
+ * keep those pages pinned. Invariants: started outside any hook (at the first
+ * registration); woken with one futex syscall (no allocation, no lock, errno kept);
+ * blocks every signal, so the program's handlers never run on it; absent in a forked
+ * child until its first registration. */
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "interpose/drainer.h"
+#include "interpose/state.h"
+#include "util/log.h"
+
+static uint32_t wake_word;
+static int started;
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *drainer_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        while (!__atomic_exchange_n(&wake_word, 0, __ATOMIC_ACQ_REL))
+            syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+        mrc_cache_drain(&mrc_g.cache);
+    }
+    return NULL;
+}
+
+void mrc_drainer_start(void)
+{
+    if (__atomic_load_n(&started, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&start_lock);
+    if (!started) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 256u << 10);
+        pthread_t t;
+        int rc = pthread_create(&t, &attr, drainer_main, NULL);
+        pthread_attr_destroy(&attr);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc)
+            MRC_WARN("cannot start the deregistration thread (%d): deferred MRs wait for the next verbs call", rc);
+        else
+            pthread_setname_np(t, "mrcache-drain");
+        __atomic_store_n(&started, rc == 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&start_lock);
+}
+
+void mrc_drainer_wake(void *arg)
+{
+    (void)arg;
+    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || __atomic_exchange_n(&wake_word, 1, __ATOMIC_ACQ_REL))
+        return;
+    int saved = errno;
+    syscall(SYS_futex, &wake_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    errno = saved;
+}
+
+void mrc_drainer_forget(void)
+{
+    started = 0;
+    wake_word = 0;
+    pthread_mutex_init(&start_lock, NULL);
+}
