@@ -5,6 +5,7 @@
  * foreign MRs (made before we were ready, dmabuf, ODP, ...) pass through untouched; a
  * forked child never deregisters a handle made by its parent. */
 #include <errno.h>
+#include <pthread.h>
 #include <infiniband/verbs.h>
 #include <string.h>
 
@@ -34,10 +35,23 @@ struct mrc_handle {
 static __thread struct mrc_handle *tls_free;
 static __thread unsigned tls_nfree;
 static __thread int tls_in_reg;   /* re-entry from libibverbs (reg_mr -> iova2@plt) */
+static pthread_key_t tls_key;     /* returns a dead thread's free handles to the pool */
+
+static void tls_handles_release(void *arg)
+{
+    (void)arg;
+    while (tls_free) {
+        struct mrc_handle *h = tls_free;
+        tls_free = h->next_free;
+        mrc_pool_put(&mrc_g.handles, h);
+    }
+    tls_nfree = 0;
+}
 
 void mrc_mr_init(void)
 {
     mrc_pool_init(&mrc_g.handles, sizeof(struct mrc_handle), 1);
+    pthread_key_create(&tls_key, tls_handles_release);
 }
 
 static struct mrc_handle *handle_alloc(void)
@@ -55,6 +69,8 @@ static struct mrc_handle *handle_alloc(void)
 static void handle_free(struct mrc_handle *h)
 {
     __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_RELEASE);
+    if (!tls_free)
+        pthread_setspecific(tls_key, &tls_free);   /* non-NULL: run the destructor */
     if (tls_nfree < TLS_HANDLES) {
         h->next_free = tls_free;
         tls_free = h;
