@@ -3,12 +3,18 @@
 # own: (a) bench_verbs alone, (b) bench_verbs with libmrcache preloaded, (c) bench_ucx
 # (libucs never shares a process with libmrcache). Collects "system key value" lines in
 # BUILD/bench/raw.txt; bench_report prints the table and writes results.json and .md.
-# Usage: run-bench.sh [BUILD [REPS]]   (REPS: processes per system, default 3)
+# Usage: [BENCH_LIB=path/libmrcache.so] run-bench.sh [BUILD [REPS]]  (REPS: processes per
+# system, default 3)
 set -euo pipefail
 BUILD=${1:-build}
 REPS=${2:-${BENCH_REPS:-3}}
 B=$BUILD/bench
-LIB=$(cd "$BUILD" && pwd)/libmrcache.so
+# The library under test, copied once: others may rebuild $BUILD/libmrcache.so while
+# this runs, and every process must preload the same one. BENCH_LIB picks another build.
+SRC_LIB=${BENCH_LIB:-$BUILD/libmrcache.so}
+LIB=$(cd "$B" && pwd)/libmrcache.so
+cp -f "$SRC_LIB" "$LIB"
+lib_id="$SRC_LIB, $(date -r "$SRC_LIB" '+%F %T'), sha256 $(sha256sum "$LIB" | cut -c1-12)"
 raw=$B/raw.txt
 : >"$raw"
 unset LD_PRELOAD
@@ -67,7 +73,7 @@ mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
 glibc=$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)
 ucx=$(dpkg-query -W -f='${Version}' libucx0 2>/dev/null || echo unknown)
 machine="$cpu, $(nproc) cores, $mem RAM, Linux $(uname -r), glibc $glibc, UCX $ucx;"
-machine+=" $REPS processes per system, $(($(date +%s) - t0)) s; load average $load_start at start, $load_end at end"
+machine+=" libmrcache $lib_id; $REPS processes per system, $(($(date +%s) - t0)) s; load average $load_start at start, $load_end at end"
 machine=${machine//\"/}
 "$B/bench_report" "$raw" "$B/results.json" "$B/results.md" "$machine"
 echo "bench: wrote $B/results.json and $B/results.md"
