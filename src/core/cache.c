@@ -78,6 +78,9 @@ static void lru_unlink(struct mrc_entry *e)
 
 static void lru_add_tail(struct mrc_cache *c, struct mrc_entry *e)
 {
+    uint64_t clock = c->lru_clock + 1;
+    ST(&c->lru_clock, clock);
+    ST(&e->lru_stamp, clock);
     e->lru_prev = c->lru.lru_prev;
     e->lru_next = &c->lru;
     c->lru.lru_prev->lru_next = e;
@@ -204,7 +207,7 @@ static void tree_remove_locked(struct mrc_cache *c, struct mrc_entry *e)
     mrc_itree_remove(&c->tree, &e->node);
     __atomic_and_fetch(&e->flags, ~MRC_E_IN_TREE, __ATOMIC_SEQ_CST);
     lru_unlink(e);
-    ST(&c->tree_count, c->tree_count - 1);
+    __atomic_store_n(&c->tree_count, c->tree_count - 1, __ATOMIC_RELAXED);
     c->tree_bytes -= mrc_entry_len(e);
 }
 
@@ -592,6 +595,11 @@ void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
         return;
     }
     if (old == 2 && (__atomic_load_n(&e->flags, __ATOMIC_RELAXED) & MRC_E_IN_TREE)) {
+        /* An entry among the most recently moved quarter of the LRU stays where it is:
+         * the order among recent entries hardly matters for eviction, and skipping the
+         * move keeps a thread that reuses its buffers off the lock entirely. */
+        if (LD(&c->lru_clock) - LD(&e->lru_stamp) < LD(&c->tree_count) / 4)
+            return;
         struct mrc_thread_state *t = thread_state(c);
         t->batch[t->nbatch++] = e;
         if (t->nbatch == BATCH) {

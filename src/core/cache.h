@@ -59,29 +59,40 @@ struct mrc_entry {
     uint32_t ref;                 /* 1 while in the tree + 1 per user; 0 = dead */
     uint32_t flags;
     void *reg;                    /* the back-end's registration */
+    uint64_t lru_stamp;           /* lru_clock when last moved to the LRU's tail */
     struct mrc_entry *lru_prev, *lru_next;  /* LRU while in the tree, deferred list after */
 };
 
 #define MRC_INVAL_RING 64
 
+/* Fields are grouped by who writes them, each group on cache lines of its own: a hit
+ * reads the first group and writes none of them, so hits on different threads share
+ * no written line. */
+#define MRC_LINE __attribute__((aligned(64)))
+
 struct mrc_cache {
+    /* Read on every call, written only at init. */
     struct mrc_cache_params p;
     uint64_t id;                  /* tells threads' lookup hints which cache they belong to */
-    pthread_mutex_t lock;         /* tree, LRU, deferred list, tree counters */
+    uint32_t active;              /* set by the first get: until then invalidation is free */
+    /* Read on every call, written when invalidations defer or drains run. */
+    uint64_t ndeferred MRC_LINE;
+    uint64_t deferred_bytes;
+    uint64_t lru_clock;           /* LRU moves so far: tells a put whether a move is due */
+    uint64_t tree_count;          /* entries in the tree (written under the lock) */
+    /* Under the lock. */
+    pthread_mutex_t lock MRC_LINE;   /* tree, LRU, deferred list, tree counters */
     struct mrc_itree tree;
     struct mrc_entry lru;         /* sentinel: lru.lru_next is least recently used */
     struct mrc_entry *deferred;   /* dead entries waiting for deregistration */
     uint64_t tree_bytes;
-    /* Read without the lock on hot paths: */
-    uint32_t active;              /* set by the first get: until then invalidation is free */
-    uint64_t tree_count;
-    uint64_t ndeferred, deferred_bytes;
-    uint32_t inflight;            /* misses registering right now */
+    /* Written without the lock by misses and invalidations. */
+    uint32_t inflight MRC_LINE;   /* misses registering right now */
     uint64_t misses_begun;        /* misses that have read inval_seq */
     uint64_t inval_seq;           /* invalidations begun; their ranges in ring[] */
     struct { uint64_t seq, first, last; } ring[MRC_INVAL_RING];
     /* Gauges: live back-end registrations made by the cache (in the tree, in use, deferred). */
-    uint64_t reg_count, reg_count_peak, reg_bytes, reg_bytes_peak;
+    uint64_t reg_count MRC_LINE, reg_count_peak, reg_bytes, reg_bytes_peak;
     struct mrc_pool entries;
 };
 

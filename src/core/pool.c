@@ -1,6 +1,7 @@
 /* pool.c - bump allocation from geometrically growing mmap'd arenas, plus a free list.
  * Invariants: arenas are only ever added (published with a release store of narenas,
- * so mrc_pool_owns can read them without the lock); objects are 16-byte aligned. */
+ * so mrc_pool_owns can read them without the lock); objects are 16-byte aligned, and
+ * 64-byte aligned when they are a cache line or larger. */
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -14,7 +15,9 @@
 void mrc_pool_init(struct mrc_pool *p, size_t obj_size, int zero)
 {
     memset(p, 0, sizeof(*p));
-    p->obj_size = (obj_size + 15) & ~(size_t)15;
+    /* Objects of a cache line or more start on a line of their own: two threads using
+     * neighbouring entries must not share a line (false sharing doubles a hit's cost). */
+    p->obj_size = obj_size >= 64 ? (obj_size + 63) & ~(size_t)63 : (obj_size + 15) & ~(size_t)15;
     p->zero = zero;
     pthread_mutex_init(&p->lock, NULL);
 }

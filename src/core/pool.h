@@ -23,7 +23,8 @@ struct mrc_pool {
     size_t mapped;                      /* bytes of arenas */
 };
 
-/* Prepares an empty pool of obj_size-byte objects (rounded up to 16). Maps nothing yet.
+/* Prepares an empty pool of obj_size-byte objects (rounded up to 16, or to 64 from 64
+ * bytes up, so that such objects never share a cache line). Maps nothing yet.
  * With zero == 0 a reused object keeps its old contents (but for the first word), for
  * objects that lock-free readers may still be looking at. */
 void mrc_pool_init(struct mrc_pool *p, size_t obj_size, int zero);
