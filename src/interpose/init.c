@@ -9,6 +9,7 @@
 #include <infiniband/verbs.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include "interpose/real.h"
 #include "interpose/state.h"
 #include "monitor/glibc_heap.h"
+#include "monitor/patch.h"
 #include "util/log.h"
 #include "util/report.h"
 
@@ -32,11 +34,16 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* The active sources, e.g. "patch+preload+malloc", "patch(5/8)+preload+malloc". */
 static const char *monitor_name(void)
 {
-    if (!mrc_g.watch_unmaps)
+    static char name[48];
+    const char *patch = mrc_patch_summary();
+    if (!mrc_g.watch_unmaps && !*patch)
         return "none (unsafe)";
-    return mrc_g.watch_malloc ? "preload+malloc" : "preload";
+    snprintf(name, sizeof(name), "%s%s%s", patch, *patch && mrc_g.watch_unmaps ? "+" : "",
+             !mrc_g.watch_unmaps ? "" : mrc_g.watch_malloc ? "preload+malloc" : "preload");
+    return name;
 }
 
 static void dump_stats(int at_exit)
@@ -85,6 +92,7 @@ void mrc_on_first_registration(void)
     /* Registered now, not in the constructor, so that it runs before the destructors
      * of libraries loaded since (libibverbs, its providers). */
     atexit(on_exit_handler);
+    mrc_patch_warn_pending();
 }
 
 void mrc_before_fork(void)
@@ -152,7 +160,11 @@ void mrc_init(void)
     mrc_cache_init(&mrc_g.cache, &p);
     mrc_g.watch_unmaps = (mrc_g.cfg.monitor & MRC_MONITOR_PRELOAD) != 0;
     mrc_g.watch_malloc = mrc_g.watch_unmaps && mrc_g.cfg.malloc_hooks && mrc_glibc_heap_init();
-    if (!mrc_g.watch_unmaps)
+    if (mrc_g.cfg.monitor & MRC_MONITOR_PATCH) {
+        mrc_patch_install();
+        mrc_patch_selftest(mrc_g.watch_unmaps);
+    }
+    if (!mrc_g.cfg.monitor)
         MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     MRC_DEBUG("ready: max %llu entries, %llu bytes; monitor %s", (unsigned long long)p.max_entries,

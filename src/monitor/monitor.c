@@ -2,7 +2,9 @@
  * and again after it if a registration raced with it (mrc_cache_unmap_begin/done).
  * Invariants: while the cache was never used each call is a load and a branch; nothing
  * here allocates or deregisters; errno is the real call's. MADV_FREE is not an unmap:
- * the kernel never discards pinned pages on MADV_FREE, so a registration stays valid. */
+ * the kernel never discards pinned pages on MADV_FREE, so a registration stays valid.
+ * A call is watched when the preload source is on or its libc entry point is patched
+ * (then both paths arrive here once: mrc_real's pointer is the direct syscall). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -19,6 +21,26 @@
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
 #endif
+
+unsigned mrc_monitor_patched;
+
+/* The fast path while nothing was ever registered: one load and a branch. */
+static inline int watching(enum mrc_fn fn)
+{
+    return __atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED) &&
+           (mrc_g.watch_unmaps || (__atomic_load_n(&mrc_monitor_patched, __ATOMIC_RELAXED) & (1u << fn)));
+}
+
+/* libc's idea of the break. Read directly rather than through sbrk(0), which calls brk
+ * when it is still unknown: with brk patched that would land back here. */
+extern void *__curbrk;
+static char *current_break(void)
+{
+    char *cur = __curbrk;
+    if (!cur)
+        cur = mrc_real.sbrk(0);
+    return cur;
+}
 
 static uint64_t page_mask(void)
 {
@@ -57,7 +79,12 @@ static void op_done(const struct unmap_op *op)
 
 int mrc_on_munmap(void *addr, size_t len)
 {
-    if (!mrc_watching())
+    return mrc_on_munmap_from(MRC_FN_MUNMAP, addr, len);
+}
+
+int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len)
+{
+    if (!watching(src))
         return mrc_real.munmap(addr, len);
     struct unmap_op op;
     op_begin(&op, addr, len, MRC_INVAL_MUNMAP);
@@ -69,7 +96,7 @@ int mrc_on_munmap(void *addr, size_t len)
 void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     /* MAP_FIXED replaces whatever was mapped there; MAP_FIXED_NOREPLACE fails instead. */
-    if (!mrc_watching() || !(flags & MAP_FIXED))
+    if (!(flags & MAP_FIXED) || !watching(MRC_FN_MMAP))
         return mrc_real.mmap(addr, len, prot, flags, fd, off);
     struct unmap_op op;
     op_begin(&op, addr, len, MRC_INVAL_MMAP_FIXED);
@@ -80,7 +107,7 @@ void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 
 void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void *new_addr)
 {
-    if (!mrc_watching())
+    if (!watching(MRC_FN_MREMAP))
         return mrc_real.mremap(old, old_size, new_size, flags, new_addr);
     /* Moving (possible with MAYMOVE, certain with FIXED or DONTUNMAP) takes the pages
      * away from the old range; shrinking takes the tail; MREMAP_FIXED also replaces
@@ -102,7 +129,7 @@ void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void
 
 int mrc_on_madvise(void *addr, size_t len, int advice)
 {
-    if (!mrc_watching() ||
+    if (!watching(MRC_FN_MADVISE) ||
         (advice != MADV_DONTNEED && advice != MADV_REMOVE && advice != MADV_DONTNEED_LOCKED))
         return mrc_real.madvise(addr, len, advice);
     struct unmap_op op;
@@ -115,7 +142,7 @@ int mrc_on_madvise(void *addr, size_t len, int advice)
 void *mrc_on_shmat(int id, const void *addr, int flags)
 {
     struct shmid_ds ds;
-    if (!mrc_watching() || !(flags & SHM_REMAP) || !addr || shmctl(id, IPC_STAT, &ds) != 0)
+    if (!watching(MRC_FN_SHMAT) || !(flags & SHM_REMAP) || !addr || shmctl(id, IPC_STAT, &ds) != 0)
         return mrc_real.shmat(id, addr, flags);
     struct unmap_op op;
     op_begin(&op, addr, ds.shm_segsz, MRC_INVAL_SHM);
@@ -175,7 +202,7 @@ static uint64_t shm_extent(uintptr_t addr)
 int mrc_on_shmdt(const void *addr)
 {
     uint64_t len;
-    if (!mrc_watching() || !(len = shm_extent((uintptr_t)addr)))
+    if (!watching(MRC_FN_SHMDT) || !(len = shm_extent((uintptr_t)addr)))
         return mrc_real.shmdt(addr);
     struct unmap_op op;
     op_begin(&op, addr, len, MRC_INVAL_SHM);
@@ -187,7 +214,7 @@ int mrc_on_shmdt(const void *addr)
 int mrc_on_brk(void *addr)
 {
     char *cur;
-    if (!mrc_watching() || (cur = mrc_real.sbrk(0)) == (void *)-1 || (char *)addr >= cur)
+    if (!watching(MRC_FN_BRK) || (cur = current_break()) == (void *)-1 || (char *)addr >= cur)
         return mrc_real.brk(addr);
     struct unmap_op op;
     op_begin(&op, addr, (size_t)(cur - (char *)addr), MRC_INVAL_BRK);
@@ -199,7 +226,9 @@ int mrc_on_brk(void *addr)
 void *mrc_on_sbrk(intptr_t incr)
 {
     char *cur;
-    if (!mrc_watching() || incr >= 0 || (cur = mrc_real.sbrk(0)) == (void *)-1)
+    /* With brk patched, libc's sbrk calls it directly: that path invalidates. */
+    if (incr >= 0 || (__atomic_load_n(&mrc_monitor_patched, __ATOMIC_RELAXED) & (1u << MRC_FN_BRK)) ||
+        !watching(MRC_FN_BRK) || (cur = current_break()) == (void *)-1)
         return mrc_real.sbrk(incr);
     struct unmap_op op;
     op_begin(&op, cur + incr, (size_t)-incr, MRC_INVAL_BRK);

@@ -1,6 +1,8 @@
 /* monitor.h - memory events to cache invalidations: what range each unmapping call
  * takes away, computed before the call and invalidated around it. Each function
- * performs the real call and returns its result, with errno as the real call left it. */
+ * performs the real call and returns its result, with errno as the real call left it.
+ * Both sources land here: the preload hooks (hooks_mem.c) and libc's patched entry
+ * points (patch.c); a function patched in libc is watched whatever the preload says. */
 #ifndef MRC_MONITOR_H
 #define MRC_MONITOR_H
 
@@ -8,7 +10,19 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The entry points a source can watch; bit (1u << MRC_FN_x) in mrc_monitor_patched. */
+enum mrc_fn {
+    MRC_FN_MUNMAP, MRC_FN_MMAP, MRC_FN_MREMAP, MRC_FN_MADVISE, MRC_FN_SHMAT, MRC_FN_SHMDT,
+    MRC_FN_BRK, MRC_FN_LDSO_MUNMAP, MRC_FN_COUNT
+};
+
+/* Set by patch.c before it writes each jump: the function's libc entry point now lands
+ * in the logic below, and mrc_real's pointer for it reaches the kernel directly. */
+extern unsigned mrc_monitor_patched;
+
 int mrc_on_munmap(void *addr, size_t len);
+/* The same, arriving through source entry point src (ld.so's private munmap). */
+int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len);
 void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void *new_addr);
 int mrc_on_madvise(void *addr, size_t len, int advice);

@@ -129,14 +129,31 @@ static int parse_format(const char *s, void *f)
     return 0;
 }
 
+/* A comma-separated list of sources: auto (= patch,preload), preload, patch; or none
+ * alone. An unknown word, or none with another, makes the whole value invalid. */
 static int parse_monitor(const char *s, void *f)
 {
-    if (!strcasecmp(s, "auto") || !strcasecmp(s, "preload"))
-        *(int *)f = MRC_MONITOR_PRELOAD;
-    else if (!strcasecmp(s, "none"))
-        *(int *)f = 0;
-    else
+    int bits = 0, none = 0, words = 0;
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        if ((n == 4 && !strncasecmp(s, "auto", 4)))
+            bits |= MRC_MONITOR_PATCH | MRC_MONITOR_PRELOAD;
+        else if (n == 7 && !strncasecmp(s, "preload", 7))
+            bits |= MRC_MONITOR_PRELOAD;
+        else if (n == 5 && !strncasecmp(s, "patch", 5))
+            bits |= MRC_MONITOR_PATCH;
+        else if (n == 4 && !strncasecmp(s, "none", 4))
+            none = 1;
+        else
+            return -1;
+        words++;
+        s += n;
+        if (*s == ',' && !*++s)
+            return -1;
+    }
+    if (!words || (none && words > 1))
         return -1;
+    *(int *)f = bits;
     return 0;
 }
 
@@ -156,7 +173,7 @@ static const struct mrc_config_row rows[] = {
     ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off, stderr, or a file path where %p is the pid and %h the host",
         parse_stats, stats),
     ROW("MRCACHE_STATS_FORMAT", "text", "text or json", parse_format, stats_format),
-    ROW("MRCACHE_MONITOR", "auto", "how unmaps are seen: auto (= preload), preload (munmap-family and allocator hooks), none (UNSAFE: no invalidation; for demonstrations only)",
+    ROW("MRCACHE_MONITOR", "auto", "how unmaps are seen, a comma-separated list: auto (= patch,preload), patch (libc's munmap-family entry points patched, so glibc's own calls are seen), preload (munmap-family and allocator hooks), none (UNSAFE: no invalidation; for demonstrations only)",
         parse_monitor, monitor),
     ROW("MRCACHE_MALLOC_HOOKS", "1", "0 stops watching glibc malloc's own unmaps (free of mmapped chunks, heap trimming)",
         parse_bool, malloc_hooks),

@@ -23,6 +23,7 @@ struct mrc_config {
 };
 
 #define MRC_MONITOR_PRELOAD 1   /* the munmap-family and allocator hooks */
+#define MRC_MONITOR_PATCH 2     /* libc's entry points patched (monitor/patch.c) */
 
 /* Fills cfg from the environment (getenv only: no allocation). */
 void mrc_config_load(struct mrc_config *cfg);

@@ -1,0 +1,27 @@
+/* patch.h - the 'patch' unmap source: libc's munmap-family entry points (and ld.so's
+ * private munmap, which dlclose uses) rewritten to jump into monitor.c, so calls glibc
+ * makes to itself are seen. x86-64 only. Internal functions return 0 or -errno. */
+#ifndef MRC_PATCH_H
+#define MRC_PATCH_H
+
+/* Patches every entry point whose first bytes have the expected syscall-wrapper shape;
+ * refuses (one message each) the others, including any already patched by another
+ * library. Steps aside under a sanitizer or valgrind. Call once, from the constructor,
+ * before the program's threads exist. Returns the mask of patched mrc_fn bits. */
+unsigned mrc_patch_install(void);
+
+/* Start-up self-test: triggers each kind of unmap once on private memory through
+ * libc's own entry points (as glibc's internal calls reach them) and checks that the
+ * patched hooks saw it. Logs coverage at info level, warns once if incomplete.
+ * preload: whether the preload hooks are on (they cover calls through the PLT).
+ * Returns the mask of mrc_fn bits whose arrival was confirmed. */
+unsigned mrc_patch_selftest(int preload);
+
+/* Repeats, once and as a warning, what install and the self-test found lacking (they
+ * log it at info level only, so programs that never register stay silent). */
+void mrc_patch_warn_pending(void);
+
+/* "patch" when every entry point is patched, "patch(k/n)" when some, "" when none. */
+const char *mrc_patch_summary(void);
+
+#endif

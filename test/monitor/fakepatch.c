@@ -1,0 +1,50 @@
+/* fakepatch.c - stands in for another library that patches libc (UCX's bistro hooks,
+ * libfabric's memhooks): its constructor rewrites libc's madvise entry into
+ * "movabs $hook,%rax; jmp *%rax". libmrcache must leave it alone; at exit this checks
+ * that its hook still receives libc's madvise calls and prints "fakepatch: intact". */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static unsigned long calls;
+static int (*libc_madvise)(void *, size_t, int);
+
+static int hook(void *a, size_t len, int advice)
+{
+    calls++;
+    long r;
+    register long r10 __asm__("r10") = 0;
+    __asm__ volatile("syscall" : "=a"(r) : "0"((long)SYS_madvise), "D"(a), "S"(len), "d"((long)advice), "r"(r10)
+                     : "rcx", "r11", "memory");
+    return r < 0 ? -1 : 0;
+}
+
+__attribute__((constructor)) static void fake_patch(void)
+{
+    void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    libc_madvise = (int (*)(void *, size_t, int))dlsym(libc, "madvise");
+    uint8_t *p = (uint8_t *)libc_madvise;
+    uint8_t code[12] = { 0x48, 0xb8 };
+    uint64_t h = (uint64_t)(uintptr_t)hook;
+    memcpy(code + 2, &h, 8);
+    code[10] = 0xff, code[11] = 0xe0;
+    long pg = sysconf(_SC_PAGESIZE);
+    uint8_t *page = (uint8_t *)((uintptr_t)p & ~(uintptr_t)(pg - 1));
+    if (mprotect(page, 2 * (size_t)pg, PROT_READ | PROT_WRITE | PROT_EXEC) == 0) {
+        memcpy(p, code, sizeof(code));
+        mprotect(page, 2 * (size_t)pg, PROT_READ | PROT_EXEC);
+    }
+}
+
+__attribute__((destructor)) static void fake_check(void)
+{
+    unsigned long before = calls;
+    char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    libc_madvise(m, 4096, MADV_DONTNEED);
+    munmap(m, 4096);
+    fprintf(stderr, "fakepatch: %s\n", calls == before + 1 ? "intact" : "OVERWRITTEN");
+}

@@ -1,0 +1,28 @@
+# monitor.mk - the patch source (src/monitor/patch.c): unmaps glibc and ld.so make
+# themselves, run with the allocator hooks off, under auto and patch (data must be
+# visible), and under preload and none (must be stale: the tests can fail); plus
+# refusal to overwrite another library's patch, and the start-up self-test's report.
+MON_BIN := $(BUILD)/test/test_monitor_paths
+MON_LIB := $(BUILD)/test/libmrc_bigbss.so
+MON_FAKE := $(BUILD)/test/libmrc_fakepatch.so
+# preload.mk is included after this fragment: its $(PRELOAD) is not defined yet.
+MON_RUN := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off MRCACHE_MALLOC_HOOKS=0
+
+$(MON_BIN): test/monitor/test_monitor_paths.c test/preload/common.h test/check.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+
+$(MON_LIB): test/monitor/bigbss.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS)
+
+$(MON_FAKE): test/monitor/fakepatch.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -ldl
+
+TEST_BINS += $(MON_BIN) $(MON_LIB) $(MON_FAKE)
+TEST_CMDS += "$(MON_RUN) $(MON_BIN) $(abspath $(MON_LIB))"
+TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=patch $(MON_BIN) $(abspath $(MON_LIB))"
+TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=preload EXPECT_STALE=1 $(MON_BIN) $(abspath $(MON_LIB)) 2>/dev/null"
+TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=none EXPECT_STALE=1 $(MON_BIN) $(abspath $(MON_LIB)) 2>/dev/null"
+TEST_CMDS += "test/monitor/test_patch.sh $(BUILD) '$(PRELOAD_PREFIX)'"
