@@ -8,10 +8,12 @@ set -euo pipefail
 
 usage() {
     cat <<EOF
-Usage: vm-build.sh [-o DIR] [-l LIB] [-p PRELOAD_TEST]... [PROGRAM...]
+Usage: vm-build.sh [-o DIR] [-l LIB] [-p PRELOAD_TEST[:VAR=VALUE,...]]... [PROGRAM...]
   -o DIR   cache/output directory (default \$VM_DIR or build/vm)
   -l LIB   libmrcache.so to copy into the guest as /vm/lib/libmrcache.so (default build/libmrcache.so)
-  -p PROG  a project test program the guest runs under the preload against rxe (/vm/preload-tests)
+  -p PROG[:VAR=VALUE,...]
+           a project test program the guest runs under the preload against rxe
+           (/vm/preload-tests), with these variables set; one run per -p, in order
   PROGRAM  test programs copied into the guest's /vm/bin
 Environment: VM_KERNEL_DEB=/path/linux-image-*.deb uses that package instead of apt-get download.
 Output: DIR/vmlinux DIR/base.cpio.gz DIR/payload.cpio.gz DIR/initrd.img (base + payload)
@@ -21,7 +23,7 @@ EOF
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${VM_DIR:-build/vm}
 lib=build/libmrcache.so
-ptests=()
+ptests=()   # the -p arguments, as given (program and environment)
 while getopts "o:l:p:h" opt; do
     case "$opt" in
         o) out=$OPTARG ;;
@@ -33,6 +35,12 @@ while getopts "o:l:p:h" opt; do
 done
 shift $((OPTIND - 1))
 progs=("$@")
+# The distinct programs of the -p runs (a program may run several times).
+pprogs=()
+for r in "${ptests[@]}"; do
+    p=${r%%:*}
+    [[ " ${pprogs[*]-} " == *" $p "* ]] || pprogs+=("$p")
+done
 
 log() { echo "vm-build: $*" >&2; }
 die() { echo "vm-build: error: $*" >&2; exit 1; }
@@ -208,7 +216,7 @@ fi
 # ---------------------------------------------------------------- payload
 # Our own files: small, so the key is simply the hash of their contents and names.
 guest_scripts=("$here/test/vm/guest-init.sh" "$here/test/vm/guest-tests.sh")
-payload_inputs=("${guest_scripts[@]}" "${progs[@]}" "${ptests[@]}")
+payload_inputs=("${guest_scripts[@]}" "${progs[@]}" "${pprogs[@]}")
 [ -e "$lib" ] && payload_inputs+=("$lib")
 payload_key=$( {
     echo "$base_key"
@@ -232,7 +240,16 @@ mkdir -p "$root/vm/bin" "$root/vm/lib" "$root/vm/preload-tests"
 install -m 0755 "$here/test/vm/guest-init.sh" "$root/init"
 install -m 0755 "$here/test/vm/guest-tests.sh" "$root/vm/guest-tests.sh"
 for p in "${progs[@]}"; do install -m 0755 "$p" "$root/vm/bin/"; done
-for p in "${ptests[@]}"; do install -m 0755 "$p" "$root/vm/preload-tests/"; done
+for p in "${pprogs[@]}"; do install -m 0755 "$p" "$root/vm/preload-tests/"; done
+# One line per run for guest-tests.sh: NAME PROGRAM [VAR=VALUE]... (NAME is the program's,
+# with the variables appended when there are any, so the runs' logs stay apart).
+: >"$root/vm/preload-tests.runs"
+for r in "${ptests[@]}"; do
+    p=$(basename "${r%%:*}") envs=
+    [ "$r" != "${r#*:}" ] && envs=${r#*:}
+    name=$p${envs:+_$(echo "$envs" | tr ',=' '_-')}
+    echo "$name $p ${envs//,/ }" >>"$root/vm/preload-tests.runs"
+done
 if [ -e "$lib" ]; then
     install -m 0755 "$lib" "$root/vm/lib/libmrcache.so"
 else
@@ -242,7 +259,7 @@ else
 fi
 # Libraries our programs or libmrcache.so need beyond the base (e.g. a new dependency).
 skip_list=$out/base.files
-extra=("${progs[@]}" "${ptests[@]}")
+extra=("${progs[@]}" "${pprogs[@]}")
 [ -e "$lib" ] && extra+=("$lib")
 if [ ${#extra[@]} -gt 0 ]; then
     copy_closure "$tmp/extra" "${extra[@]}"

@@ -40,25 +40,26 @@ __attribute__((noipa)) static char *at(uintptr_t a)
 static void new_pd(void)
 {
     if (pd)
-        ibv_dealloc_pd(pd);
+        nic_dealloc_pd(pd);
     pd = ibv_alloc_pd(ctx);
     if (!pd) {
         fprintf(stderr, "ibv_alloc_pd failed\n");
         exit(2);
     }
+    nic_prepare_pd(pd);     /* a real device's loopback QPs: before the test lays out memory */
 }
 
 /* The core check: the re-registration must see the current pages. */
 static void stale_check(void *p, size_t len, change_fn change)
 {
-    struct ibv_mr *a = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, len, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(a != NULL);
     if (!a)
         return;
     CHECK(write_visible(a, p, len, 0x11));
     CHECK(ibv_dereg_mr(a) == 0);
     change(p, len);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, len, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(b != NULL);
     if (!b)
         return;
@@ -132,11 +133,11 @@ static void test_madvise_free_keeps_hit(void)
 {
     /* MADV_FREE never discards pinned pages: no invalidation, the hit stays valid. */
     void *p = map_anon(NULL, LEN, 0);
-    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(a && ibv_dereg_mr(a) == 0);
     uint64_t regs = nic_regs();
     CHECK(madvise(p, LEN, MADV_FREE) == 0);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(b && write_visible(b, p, LEN, 0x33));
     if (!expect_stale)
         CHECK(nic_regs() == regs);
@@ -155,11 +156,11 @@ static void test_shmat_remap(void)
     CHECK(id1 >= 0 && id2 >= 0);
     void *p = shmat(id1, NULL, 0);
     CHECK(p != (void *)-1);
-    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(a && write_visible(a, p, LEN, 0x11));
     ibv_dereg_mr(a);
     CHECK(shmat(id2, p, SHM_REMAP) == p);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(b != NULL);
     int visible = b && write_visible(b, p, LEN, 0x22);
     CHECK(expect_stale ? !visible : visible);
@@ -174,12 +175,12 @@ static void test_shmdt_shmat(void)
     int id1 = shm_new(LEN), id2 = shm_new(LEN);
     void *p = shmat(id1, NULL, 0);
     CHECK(p != (void *)-1);
-    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(a && write_visible(a, p, LEN, 0x11));
     ibv_dereg_mr(a);
     CHECK(shmdt(p) == 0);
     CHECK(shmat(id2, p, 0) == p);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     int visible = b && write_visible(b, p, LEN, 0x22);
     CHECK(expect_stale ? !visible : visible);
     ibv_dereg_mr(b);
@@ -215,14 +216,14 @@ static void test_free_of_mmapped_chunk(void)
     CHECK(p && (chunk_field(pa) & 2));
     char *chunk = at(pa - 16);
     size_t clen = chunk_field(pa) & ~(size_t)7;
-    struct ibv_mr *a = ibv_reg_mr(pd, p, BIG, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(a && write_visible(a, p, BIG, 0x11));
     ibv_dereg_mr(a);
     free(p);   /* glibc munmaps the chunk internally: no munmap hook sees it */
     p = at(pa);
     chunk = at(pa - 16);
     CHECK(map_anon(chunk, clen, MAP_FIXED_NOREPLACE) == chunk);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     int visible = b && write_visible(b, p, BIG, 0x22);
     CHECK(expect_stale ? !visible : visible);
     ibv_dereg_mr(b);
@@ -238,7 +239,7 @@ static void test_realloc_moves_mmapped_chunk(void)
     size_t clen = chunk_field(pa) & ~(size_t)7;
     /* A neighbour right after the chunk: growing must move it. */
     void *fence = map_anon(chunk + clen, (size_t)pg, MAP_FIXED_NOREPLACE);
-    struct ibv_mr *a = ibv_reg_mr(pd, p, BIG, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(a && write_visible(a, p, BIG, 0x11));
     ibv_dereg_mr(a);
     char *q = realloc(p, 2 * BIG);
@@ -246,7 +247,7 @@ static void test_realloc_moves_mmapped_chunk(void)
     chunk = at(pa - 16);
     CHECK(q && (uintptr_t)q != pa);
     CHECK(map_anon(chunk, clen, MAP_FIXED_NOREPLACE) == chunk);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     int visible = b && write_visible(b, p, BIG, 0x22);
     CHECK(expect_stale ? !visible : visible);
     ibv_dereg_mr(b);
@@ -265,7 +266,7 @@ static void test_heap_trim_in_free(void)
      * registering are carved from it, not after our chunk (which would keep our chunk
      * from the heap's top and stop the trim this test is about). */
     char *w = map_anon(NULL, (size_t)pg, 0);
-    struct ibv_mr *warm = ibv_reg_mr(pd, w, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);   /* the NIC's lazy set-up */
+    struct ibv_mr *warm = ibv_reg_mr(pd, w, (size_t)pg, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));   /* the NIC's lazy set-up */
     CHECK(warm && ibv_dereg_mr(warm) == 0);
     void *room = malloc(1u << 20);
     void *guard = malloc(32);
@@ -274,7 +275,7 @@ static void test_heap_trim_in_free(void)
     uintptr_t pa = (uintptr_t)malloc(n);
     char *p = at(pa);
     CHECK(p && !(chunk_field(pa) & 2));
-    struct ibv_mr *a = ibv_reg_mr(pd, p, n, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(a && write_visible(a, p, n, 0x11));
     ibv_dereg_mr(a);
     char *brk_before = sbrk(0);
@@ -282,7 +283,7 @@ static void test_heap_trim_in_free(void)
     CHECK((char *)sbrk(0) < brk_before);      /* the heap really shrank */
     char *q = malloc(n);
     CHECK((uintptr_t)q == pa);
-    struct ibv_mr *b = ibv_reg_mr(pd, q, n, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *b = ibv_reg_mr(pd, q, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     int visible = b && write_visible(b, q, n, 0x22);
     CHECK(expect_stale ? !visible : visible);
     ibv_dereg_mr(b);
@@ -300,14 +301,14 @@ static void test_malloc_trim(void)
     char *p = at(pa);
     char *guard = malloc(64);
     CHECK(p && guard && !(chunk_field(pa) & 2));
-    struct ibv_mr *a = ibv_reg_mr(pd, p, n, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *a = ibv_reg_mr(pd, p, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(a && write_visible(a, p, n, 0x11));
     ibv_dereg_mr(a);
     free(p);
     CHECK(malloc_trim(0) == 1);
     char *q = malloc(n);
     CHECK((uintptr_t)q == pa);
-    struct ibv_mr *b = ibv_reg_mr(pd, q, n, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *b = ibv_reg_mr(pd, q, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     /* malloc_trim discards whole pages inside the free chunk, not its first page. */
     size_t off = 2 * (size_t)pg, len = n - 4 * (size_t)pg;
     int visible = b && write_visible(b, q + off, len, 0x22);
@@ -326,7 +327,7 @@ static void test_free_keeping_pages_keeps_hits(void)
     char *guard = malloc(64);
     uint64_t regs0 = nic_regs();
     for (int i = 0; i < 10; i++) {
-        struct ibv_mr *mr = ibv_reg_mr(pd, p, n, IBV_ACCESS_LOCAL_WRITE);
+        struct ibv_mr *mr = ibv_reg_mr(pd, p, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
         CHECK(mr && write_visible(mr, p, n, (unsigned char)i));
         ibv_dereg_mr(mr);
         uintptr_t pa = (uintptr_t)p;

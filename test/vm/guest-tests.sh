@@ -1,8 +1,8 @@
 #!/bin/sh
 # guest-tests.sh - the tests run inside the Soft-RoCE VM (busybox sh, root, no network):
-# creates rxe0, then runs the stale-MR program, perftest, ibv_rc_pingpong, UCX and the
-# registration-cost table, with and without LD_PRELOAD=/vm/lib/libmrcache.so. Prints
-# "ok - name" / "not ok - name" (counted on the host) and "# " diagnostics.
+# creates rxe0, runs the stale-MR program, perftest, ibv_rc_pingpong, UCX, the registration
+# cost and the project's preload tests, with and without LD_PRELOAD=/vm/lib/libmrcache.so.
+# Prints "ok - name" / "not ok - name" (counted on the host) and "# " diagnostics.
 # No `set -e`: one failure must not hide the others; -u and pipefail catch mistakes.
 set -uo pipefail
 
@@ -369,21 +369,42 @@ regcost() {
 }
 
 # ------------------------------------------------------------------ project preload tests
-# Programs given to vm-build.sh with -p (e.g. the test/preload/ programs) run here against
-# the real rxe provider under the preload; they print their own "ok - " lines. One that
-# exits non-zero without a "not ok" line is reported as a failure.
+# Runs of project programs given to vm-build.sh with -p (the test/preload/ programs built
+# against the system libibverbs: their writes are loopback RDMA WRITEs on $DEV), one per
+# line of /vm/preload-tests.runs: NAME PROGRAM [VAR=VALUE]..., under the preload. They
+# print their own "ok - " lines; their stderr is shown as diagnostics. A run that exits
+# non-zero without a "not ok" line is reported as a failure.
 preload_tests() {
-    for t in /vm/preload-tests/*; do
-        [ -x "$t" ] || continue
-        n=$(basename "$t")
-        pre "ptest_$n" env MRCACHE_TEST_DEVICE="$DEV" timeout "$PAIR_TIMEOUT" "$t" >"$OUT/ptest_$n" 2>&1
+    runs=/vm/preload-tests.runs
+    if [ ! -s "$runs" ]; then
+        echo "# no project preload tests in this image"
+        return
+    fi
+    while read -r n prog envs; do
+        [ -n "$n" ] || continue
+        t=/vm/preload-tests/$prog
+        echo "# ptest $n: $prog ${envs:-(defaults)}"
+        t0=$(uptime_s)
+        # shellcheck disable=SC2086 # envs: VAR=VALUE words from vm-build.sh, no spaces
+        pre "ptest_$n" env MRCACHE_TEST_DEVICE="$DEV" $envs timeout "$PAIR_TIMEOUT" "$t" \
+            >"$OUT/ptest_$n" 2>"$OUT/ptest_$n.err" </dev/null
         rc=$?
-        cat "$OUT/ptest_$n"
-        preload_failed "$OUT/ptest_$n" && notok "${n}_preload_loaded"
+        t1=$(uptime_s)
+        grep -E '^(not )?ok - ' "$OUT/ptest_$n"
+        grep -vE '^(not )?ok - ' "$OUT/ptest_$n" | diag
+        # A failing run's reasons (its CHECK lines); a passing run's stderr is not shown.
+        if [ "$rc" -ne 0 ]; then
+            tail -n 40 "$OUT/ptest_$n.err" | diag
+        fi
+        if preload_failed "$OUT/ptest_$n" "$OUT/ptest_$n.err"; then
+            notok "${n}_preload_loaded" "libmrcache.so was not preloaded"
+        fi
         if [ "$rc" -ne 0 ] && ! grep -q '^not ok - ' "$OUT/ptest_$n"; then
             notok "$n" "exited with status $rc"
         fi
-    done
+        echo "# ptest $n: $(grep -c '^ok - ' "$OUT/ptest_$n") ok, $(grep -c '^not ok - ' "$OUT/ptest_$n") not ok, exit $rc, $(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }") s"
+        show_stats "ptest_$n"
+    done <"$runs"
 }
 
 # ------------------------------------------------------------------ summary

@@ -8,17 +8,30 @@ VM_TIMEOUT ?= 600
 VM_TESTS   ?= all
 VM_BIN     := $(BUILD)/test/vm
 VM_PROGS   := $(VM_BIN)/vm_stale_mr $(VM_BIN)/vm_regcost
-# Project test programs (e.g. from test/preload/) the guest also runs under the preload
-# against rxe; they must use the system libibverbs, not the software NIC.
-VM_PRELOAD_TESTS ?=
+# The test/preload/ programs built against the system libibverbs: with no software NIC
+# to find, test/preload/common.h writes through a loopback RDMA WRITE on the device.
+VM_PBIN    := $(VM_BIN)/preload
+# Runs of project programs the guest makes under the preload against rxe, each
+# PROGRAM[:VAR=VALUE,...]; the monitor-off run must see every write land in stale pages.
+VM_PRELOAD_TESTS ?= $(VM_PBIN)/test_unmap_paths \
+                    $(VM_PBIN)/test_unmap_paths:MRCACHE_MONITOR=none,EXPECT_STALE=1 \
+                    $(VM_PBIN)/test_verbs
+VM_PRELOAD_PROGS := $(sort $(foreach r,$(VM_PRELOAD_TESTS),$(firstword $(subst :, ,$(r)))))
 
-$(VM_BIN)/%: test/vm/%.c test/vm/vm_verbs.h test/check.h | $(DEPS_STAMP)
+$(VM_BIN)/%: test/vm/%.c test/vm/vm_verbs.h test/preload/rdma_loop.h test/check.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itest -Itest/vm -o $@ $< $(LDFLAGS) -libverbs
+	$(CC) $(CFLAGS) -Itest -Itest/vm -Itest/preload -o $@ $< $(LDFLAGS) -libverbs
 
-vm-progs: $(VM_PROGS)
+# snic.h only for its declarations: common.h looks the software NIC's API up at run time,
+# and linking against the system libibverbs proves nothing calls it directly.
+$(VM_PBIN)/test_%: test/preload/test_%.c test/preload/common.h test/preload/rdma_loop.h \
+                   include/mrcache.h test/check.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -libverbs -ldl -lpthread
 
-vm-test: $(LIB) $(VM_PROGS) $(VM_PRELOAD_TESTS)
+vm-progs: $(VM_PROGS) $(VM_PRELOAD_PROGS)
+
+vm-test: $(LIB) $(VM_PROGS) $(VM_PRELOAD_PROGS)
 	scripts/vm-build.sh -o $(VM_DIR) -l $(LIB) $(addprefix -p ,$(VM_PRELOAD_TESTS)) $(VM_PROGS)
 	@scripts/run-tests.sh -- "scripts/vm-run.sh -d $(VM_DIR) -t $(VM_TIMEOUT) -T '$(VM_TESTS)'"
 

@@ -1,8 +1,9 @@
-/* vm_stale_mr.c - the stale-MR hazard on a real provider (rxe), loopback RC QP pair: register,
- * deregister, munmap, mmap the same address, register again, RDMA WRITE through the new MR
- * and count what the *current* mapping shows. --expect visible|stale names the passing
- * outcome; --raw writes through the first MR, never deregistered (no cache involved).
- * Prints "ok - NAME" / "not ok - NAME" and NAME_teardown. */
+/* vm_stale_mr.c - the stale-MR hazard on a real provider (rxe), loopback RC QP pair
+ * (test/preload/rdma_loop.h): register, deregister, munmap, mmap the same address, register
+ * again, RDMA WRITE through the new MR and count what the *current* mapping shows.
+ * --expect visible|stale names the passing outcome; --raw writes through the first MR,
+ * never deregistered (no cache involved). Prints "ok - NAME" / "not ok - NAME" and
+ * NAME_teardown. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include <sys/mman.h>
 
 #include "check.h"
+#include "rdma_loop.h"
 #include "vm_verbs.h"
 
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
@@ -31,10 +33,7 @@ static struct {
 static struct {
     struct ibv_context *ctx;
     struct ibv_pd *pd;
-    struct ibv_cq *cq;
-    struct ibv_qp *qp[2];
-    union ibv_gid gid;
-    struct ibv_port_attr port;
+    struct rdma_loop loop;
 } v;
 
 static uint64_t pattern_word(size_t i)
@@ -42,134 +41,23 @@ static uint64_t pattern_word(size_t i)
     return 0xc0ffee0000000000ull ^ (uint64_t)i;
 }
 
-static int qp_connect(struct ibv_qp *qp, uint32_t dest_qpn)
-{
-    struct ibv_qp_attr a;
-    int rc;
-
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = 1;
-    a.qp_access_flags = ACCESS;
-    rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-    if (rc)
-        return rc;
-
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = v.port.active_mtu;
-    a.dest_qp_num = dest_qpn;
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    /* RoCE: addressed by GID (our own: loopback), no LID. */
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = v.gid;
-    a.ah_attr.grh.sgid_index = (uint8_t)opt.gid_index;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.dlid = v.port.lid;
-    a.ah_attr.port_num = 1;
-    rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                               IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-    if (rc)
-        return rc;
-
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.sq_psn = 0;
-    a.max_rd_atomic = 1;
-    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                 IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
 static int setup(void)
 {
-    struct ibv_qp_init_attr qa;
-    int i, rc;
-
     v.ctx = vm_open_device(opt.dev);
     if (!v.ctx)
         return -1;
-    if ((rc = ibv_query_port(v.ctx, 1, &v.port)) != 0) {
-        fprintf(stderr, "ibv_query_port: %s\n", strerror(rc));
-        return -1;
-    }
-    if (v.port.state != IBV_PORT_ACTIVE) {
-        fprintf(stderr, "%s port 1 is not ACTIVE (state %d)\n", opt.dev, v.port.state);
-        return -1;
-    }
-    if (ibv_query_gid(v.ctx, 1, opt.gid_index, &v.gid)) {
-        perror("ibv_query_gid");
-        return -1;
-    }
     v.pd = ibv_alloc_pd(v.ctx);
-    v.cq = ibv_create_cq(v.ctx, 16, NULL, NULL, 0);
-    if (!v.pd || !v.cq) {
-        perror("ibv_alloc_pd/ibv_create_cq");
+    if (!v.pd) {
+        perror("ibv_alloc_pd");
         return -1;
     }
-    memset(&qa, 0, sizeof(qa));
-    qa.send_cq = v.cq;
-    qa.recv_cq = v.cq;
-    qa.qp_type = IBV_QPT_RC;
-    qa.cap.max_send_wr = 4;
-    qa.cap.max_recv_wr = 1;
-    qa.cap.max_send_sge = 1;
-    qa.cap.max_recv_sge = 1;
-    for (i = 0; i < 2; i++) {
-        v.qp[i] = ibv_create_qp(v.pd, &qa);
-        if (!v.qp[i]) {
-            perror("ibv_create_qp");
-            return -1;
-        }
-    }
-    for (i = 0; i < 2; i++) {
-        rc = qp_connect(v.qp[i], v.qp[1 - i]->qp_num);
-        if (rc) {
-            fprintf(stderr, "connecting QP %d: %s\n", i, strerror(rc));
-            return -1;
-        }
-    }
-    return 0;
+    return rdma_loop_open(&v.loop, v.pd, opt.gid_index);
 }
 
-/* Posts one signalled RDMA WRITE on QP 0 into the peer's memory and waits up to 10 s. */
+/* One signalled RDMA WRITE on the loop into the peer's memory, waiting up to 10 s. */
 static int rdma_write(struct ibv_mr *src_mr, void *src, void *dst, uint32_t rkey, size_t len)
 {
-    struct ibv_sge sge = { .addr = (uintptr_t)src, .length = (uint32_t)len, .lkey = src_mr->lkey };
-    struct ibv_send_wr wr, *bad;
-    struct ibv_wc wc;
-    uint64_t deadline = vm_now_ns() + 10ull * 1000000000u;
-    int n, rc;
-
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = 1;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = (uintptr_t)dst;
-    wr.wr.rdma.rkey = rkey;
-    if ((rc = ibv_post_send(v.qp[0], &wr, &bad)) != 0) {
-        fprintf(stderr, "ibv_post_send: %s\n", strerror(rc));
-        return -1;
-    }
-    do {
-        n = ibv_poll_cq(v.cq, 1, &wc);
-    } while (n == 0 && vm_now_ns() < deadline);
-    if (n <= 0) {
-        fprintf(stderr, "no completion for the RDMA WRITE (%d)\n", n);
-        return -1;
-    }
-    if (wc.status != IBV_WC_SUCCESS) {
-        fprintf(stderr, "RDMA WRITE completed with %s\n", ibv_wc_status_str(wc.status));
-        return -1;
-    }
-    return 0;
+    return rdma_loop_write(&v.loop, src_mr->lkey, src, (uintptr_t)dst, rkey, len) ? -1 : 0;
 }
 
 static int teardown_failed;
@@ -249,14 +137,10 @@ static void test_stale_mr(void)
 /* With a registration cache MRs outlive ibv_dereg_mr: the PD and device must still close. */
 static void test_teardown(void)
 {
-    int i, rc;
+    int rc;
 
     CHECK(teardown_failed == 0);
-    for (i = 0; i < 2; i++)
-        if (v.qp[i])
-            CHECKF((rc = ibv_destroy_qp(v.qp[i])) == 0, "ibv_destroy_qp: %s", strerror(rc));
-    if (v.cq)
-        CHECKF((rc = ibv_destroy_cq(v.cq)) == 0, "ibv_destroy_cq: %s", strerror(rc));
+    CHECK(rdma_loop_close(&v.loop) == 0);
     if (v.pd)
         CHECKF((rc = ibv_dealloc_pd(v.pd)) == 0, "ibv_dealloc_pd: %s", strerror(rc));
     if (v.ctx)
