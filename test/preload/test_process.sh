@@ -15,8 +15,10 @@ trap 'rm -rf "$tmp"' EXIT
 report() { if [ "$2" -eq 0 ]; then echo "ok - $1"; else echo "not ok - $1"; fi; }
 
 # 1. A process that never touches verbs: same output, nothing on stderr, no libibverbs.
-ls -la / >"$tmp/ls.plain" 2>&1
-LD_PRELOAD=$PRE ls -la / >"$tmp/ls.pre" 2>"$tmp/ls.err"
+# (A directory of our own: / itself changes while other processes run.)
+mkdir -p "$tmp/tree/a" && touch "$tmp/tree/f1" "$tmp/tree/a/f2"
+ls -laR "$tmp/tree" >"$tmp/ls.plain" 2>&1
+LD_PRELOAD=$PRE ls -laR "$tmp/tree" >"$tmp/ls.pre" 2>"$tmp/ls.err"
 diff -q "$tmp/ls.plain" "$tmp/ls.pre" >/dev/null && [ ! -s "$tmp/ls.err" ]
 report quiet_in_ls $?
 out=$(LD_PRELOAD=$PRE python3 -c 'import json; print(json.dumps(sum(range(10**5))))' 2>&1)
