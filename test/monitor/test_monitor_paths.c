@@ -1,7 +1,8 @@
 /* test_monitor_paths.c - unmaps made inside glibc and ld.so, which only the patch
  * source sees: a thread's stack discarded at thread exit and reused, dlclose of a
- * library whose static buffer was registered then dlopen, free of an mmapped chunk and
- * malloc_trim with the allocator hooks off (MRCACHE_MALLOC_HOOKS=0). Each registers,
+ * library whose static buffer was registered then dlopen, free of an mmapped chunk,
+ * malloc_trim and heap trimming in free with the allocator hooks off
+ * (MRCACHE_MALLOC_HOOKS=0). Each registers,
  * changes the mapping, registers again and writes through the new MR: the data must be
  * in the current mapping (also in a forked child). EXPECT_STALE=1 (run with MRCACHE_MONITOR=preload or none)
  * inverts them: proof that patching is what makes them pass. Raw system calls are seen
@@ -163,6 +164,58 @@ static void test_malloc_trim(void)
     free(guard);
 }
 
+static void heap_trim_body(void)
+{
+    /* A 4 MiB chunk at the main heap's top: freeing it trims the heap through sbrk and
+     * brk inside glibc; the next malloc grows it again with new pages. The NIC's own
+     * small allocations are carved from a freed 1 MiB chunk below a guard, so they do
+     * not land after our chunk and stop the trim. */
+    CHECK(mallopt(M_MMAP_THRESHOLD, 64 << 20) == 1);
+    char *w = map_anon(NULL, (size_t)pg, 0);
+    struct ibv_mr *warm = ibv_reg_mr(pd, w, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(warm && ibv_dereg_mr(warm) == 0);
+    void *room = malloc(1u << 20);
+    void *guard = malloc(32);
+    free(room);
+    size_t n = 4u << 20;
+    uintptr_t pa = (uintptr_t)malloc(n);
+    char *p = at(pa);
+    CHECK(p && !(chunk_field(pa) & 2));
+    struct ibv_mr *a = ibv_reg_mr(pd, p, n, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(a && write_visible(a, p, n, 0x11));
+    ibv_dereg_mr(a);
+    char *brk_before = sbrk(0);
+    free(p);
+    CHECK((char *)sbrk(0) < brk_before);      /* the heap really shrank */
+    char *q = malloc(n);
+    CHECK((uintptr_t)q == pa);
+    struct ibv_mr *b = ibv_reg_mr(pd, q, n, IBV_ACCESS_LOCAL_WRITE);
+    check_outcome(b && write_visible(b, q, n, 0x22), "heap trimmed in free");
+    ibv_dereg_mr(b);
+    free(q);
+    free(guard);
+}
+
+/* Runs body in a forked child with its own device: it moves the heap's end or changes
+ * malloc's settings (which must not leak into the other tests), or checks that a
+ * child inherits the patched code (nothing is redone in a child). */
+static void in_child(void (*body)(void))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        open_nic();
+        check_failures = 0;
+        body();
+        _exit(check_failures ? 1 : 0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_heap_trim_in_free(void) { in_child(heap_trim_body); }
+static void test_fork_child_keeps_patches(void) { in_child(test_free_of_mmapped_chunk); }
+
 /* ---- raw system calls: no libc patch sees them (only a userfaultfd source would) ---- */
 
 #define LEN (1u << 20)
@@ -189,22 +242,6 @@ static void raw_case(int inline_insn)
 
 static void test_raw_syscall_munmap_stays_stale(void) { raw_case(0); }
 static void test_inline_syscall_munmap_stays_stale(void) { raw_case(1); }
-
-/* A forked child inherits the patched code: nothing is redone, and it must still see
- * glibc's own unmaps (with its own device, as a real child must open). */
-static void test_fork_child_keeps_patches(void)
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        open_nic();
-        check_failures = 0;
-        test_free_of_mmapped_chunk();
-        _exit(check_failures ? 1 : 0);
-    }
-    int st = 0;
-    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-}
 
 static void new_pd(void)
 {
@@ -235,6 +272,7 @@ int main(int argc, char **argv)
     RUN(test_dlclose_dlopen);
     RUN(test_free_of_mmapped_chunk);
     RUN(test_malloc_trim);
+    RUN(test_heap_trim_in_free);
     RUN(test_fork_child_keeps_patches);
     CHECK_EXIT();
 }
