@@ -97,7 +97,7 @@ static struct ibv_mr *passthrough_reg(struct ibv_pd *pd, void *addr, size_t len,
 
 struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
 {
-    if (mrc_real_resolve_verbs()) {
+    if (mrc_real_verbs()) {
         errno = ENOSYS;
         return NULL;
     }
@@ -105,7 +105,8 @@ struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
         return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
     if (!pd || !addr || !len || !mrc_verbs_cacheable(access))
         return passthrough_reg(pd, addr, len, iova, access);
-    mrc_on_first_registration();
+    if (!__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED))
+        mrc_on_first_registration();   /* also in a forked child, whose cache starts unused */
 
     struct mrc_handle *h = handle_alloc();
     if (!h) {
@@ -140,7 +141,7 @@ struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
 struct ibv_mr *mrc_on_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
                                     int access)
 {
-    if (mrc_real_resolve_verbs() || !mrc_real.reg_dmabuf_mr) {
+    if (mrc_real_verbs() || !mrc_real.reg_dmabuf_mr) {
         errno = EOPNOTSUPP;
         return NULL;
     }
@@ -154,7 +155,7 @@ int mrc_on_dereg_mr(struct ibv_mr *mr)
 {
     if (!mr)
         return EINVAL;
-    if (mrc_real_resolve_verbs())
+    if (mrc_real_verbs())
         return ENOSYS;
     struct mrc_handle *h = handle_of(mr);
     if (!h)
@@ -197,7 +198,7 @@ int mrc_on_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 {
     if (!mr)
         return IBV_REREG_MR_ERR_INPUT;
-    if (mrc_real_resolve_verbs() || !mrc_real.rereg_mr)
+    if (mrc_real_verbs() || !mrc_real.rereg_mr)
         return IBV_REREG_MR_ERR_INPUT;
     struct mrc_handle *h = handle_of(mr);
     if (!h)
@@ -239,7 +240,7 @@ static int match_context(const struct mrc_entry *e, void *ctx)
 
 int mrc_on_dealloc_pd(struct ibv_pd *pd)
 {
-    if (mrc_real_resolve_verbs())
+    if (mrc_real_verbs())
         return ENOSYS;
     /* Idle cached MRs would make the pd busy where the program has released them all. */
     if (mrc_ready())
@@ -249,7 +250,7 @@ int mrc_on_dealloc_pd(struct ibv_pd *pd)
 
 int mrc_on_close_device(struct ibv_context *ctx)
 {
-    if (mrc_real_resolve_verbs())
+    if (mrc_real_verbs())
         return ENOSYS;
     if (mrc_ready())
         mrc_cache_flush(&mrc_g.cache, match_context, ctx);

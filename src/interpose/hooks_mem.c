@@ -11,6 +11,7 @@
 
 #include "interpose/export.h"
 #include "interpose/real.h"
+#include "interpose/state.h"
 #include "monitor/monitor.h"
 
 static long raw_result(long r)
@@ -24,6 +25,10 @@ static long raw_result(long r)
 
 MRC_EXPORT int munmap(void *addr, size_t len)
 {
+    /* The fast path while nothing was ever registered: a load, a branch, a tail call. */
+    int (*real)(void *, size_t) = __atomic_load_n(&mrc_real.munmap, __ATOMIC_RELAXED);
+    if (__builtin_expect(real && !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED), 1))
+        return real(addr, len);
     if (!mrc_real_ensure_libc() || !mrc_real.munmap)
         return (int)raw_result(syscall(SYS_munmap, addr, len));
     return mrc_on_munmap(addr, len);
@@ -31,6 +36,9 @@ MRC_EXPORT int munmap(void *addr, size_t len)
 
 MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
+    void *(*real)(void *, size_t, int, int, int, off_t) = __atomic_load_n(&mrc_real.mmap, __ATOMIC_RELAXED);
+    if (__builtin_expect(real && !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED), 1))
+        return real(addr, len, prot, flags, fd, off);
     if (!mrc_real_ensure_libc() || !mrc_real.mmap)
         return (void *)raw_result(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
     return mrc_on_mmap(addr, len, prot, flags, fd, off);

@@ -49,7 +49,7 @@ void mrc_real_resolve_libc(void)
 }
 
 static pthread_mutex_t verbs_lock = PTHREAD_MUTEX_INITIALIZER;
-static int verbs_ready;
+int mrc_real_verbs_ready;
 
 static void *verbs_sym(void *lib, const char *name, const char *version)
 {
@@ -61,11 +61,11 @@ static void *verbs_sym(void *lib, const char *name, const char *version)
 
 int mrc_real_resolve_verbs(void)
 {
-    if (__atomic_load_n(&verbs_ready, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&mrc_real_verbs_ready, __ATOMIC_ACQUIRE))
         return 0;
     int rc = 0;
     pthread_mutex_lock(&verbs_lock);
-    if (!verbs_ready) {
+    if (!mrc_real_verbs_ready) {
         void *lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
         *(void **)&mrc_real.reg_mr_iova2 = verbs_sym(lib, "ibv_reg_mr_iova2", "IBVERBS_1.8");
         *(void **)&mrc_real.reg_dmabuf_mr = verbs_sym(lib, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
@@ -76,7 +76,7 @@ int mrc_real_resolve_verbs(void)
         *(void **)&mrc_real.is_fork_initialized = verbs_sym(lib, "ibv_is_fork_initialized", "IBVERBS_1.13");
         /* The handle from dlopen is kept: libibverbs stays loaded while MRs exist. */
         if (mrc_real.reg_mr_iova2 && mrc_real.dereg_mr && mrc_real.dealloc_pd && mrc_real.close_device) {
-            __atomic_store_n(&verbs_ready, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&mrc_real_verbs_ready, 1, __ATOMIC_RELEASE);
         } else {
             MRC_ERROR("libibverbs.so.1 is not loaded or lacks IBVERBS_1.8: registrations fail with ENOSYS");
             if (lib)

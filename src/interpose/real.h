@@ -62,5 +62,13 @@ int mrc_real_ensure_libc(void);
 /* Resolves the libibverbs functions if not yet done. 0, or -ENOSYS if libibverbs is
  * not loaded in this process. */
 int mrc_real_resolve_verbs(void);
+extern int mrc_real_verbs_ready;
+
+/* The same, with the common case (done already) inline: every verbs hook asks. */
+static inline int mrc_real_verbs(void)
+{
+    return __builtin_expect(__atomic_load_n(&mrc_real_verbs_ready, __ATOMIC_ACQUIRE), 1) ? 0
+                                                                                       : mrc_real_resolve_verbs();
+}
 
 #endif

@@ -47,7 +47,7 @@ static struct mrc_stats_block *blocks;          /* every block, newest first */
 static struct mrc_stats_block shared_block;     /* when mmap fails: correct, if contended */
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
-static __thread struct mrc_stats_block *my_block;
+__thread struct mrc_stats_block *mrc_stats_tls;
 
 static void block_release(void *arg)
 {
@@ -73,7 +73,7 @@ static struct mrc_stats_block *block_new(void)
 
 struct mrc_stats_block *mrc_stats_thread_block(void)
 {
-    struct mrc_stats_block *b = my_block;
+    struct mrc_stats_block *b = mrc_stats_tls;
     if (__builtin_expect(b != NULL, 1))
         return b;
     pthread_once(&key_once, key_init);
@@ -97,16 +97,8 @@ struct mrc_stats_block *mrc_stats_thread_block(void)
         b = &shared_block;
     }
     pthread_setspecific(exit_key, b);
-    my_block = b;
+    mrc_stats_tls = b;
     return b;
-}
-
-unsigned mrc_hist_bucket(uint64_t len)
-{
-    if (len <= 4096)
-        return 0;
-    unsigned b = (unsigned)(64 - __builtin_clzll(len - 1)) - 12;
-    return b >= MRC_HIST_BUCKETS ? MRC_HIST_BUCKETS - 1 : b;
 }
 
 static void add_block(struct mrc_stats_block *out, const struct mrc_stats_block *b)

@@ -59,19 +59,32 @@ extern const char *const mrc_inval_cause_names[MRC_INVAL_LAST];
 /* The calling thread's block (made on first use). Never NULL: falls back to a shared
  * block if no memory can be had, so counting cannot fail. */
 struct mrc_stats_block *mrc_stats_thread_block(void);
+extern __thread struct mrc_stats_block *mrc_stats_tls;
+
+static inline struct mrc_stats_block *mrc_stats_block(void)
+{
+    struct mrc_stats_block *b = mrc_stats_tls;
+    return __builtin_expect(b != NULL, 1) ? b : mrc_stats_thread_block();
+}
 
 /* Adds n to counter s of the calling thread. Thread-private line: no atomic RMW. */
 static inline void mrc_stat_add(enum mrc_stat s, uint64_t n)
 {
-    struct mrc_stats_block *b = mrc_stats_thread_block();
+    struct mrc_stats_block *b = mrc_stats_block();
     __atomic_store_n(&b->v[s], __atomic_load_n(&b->v[s], __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 
-unsigned mrc_hist_bucket(uint64_t len);
+static inline unsigned mrc_hist_bucket(uint64_t len)
+{
+    if (len <= 4096)
+        return 0;
+    unsigned b = (unsigned)(64 - __builtin_clzll(len - 1)) - 12;
+    return b >= MRC_HIST_BUCKETS ? MRC_HIST_BUCKETS - 1 : b;
+}
 
 static inline void mrc_hist_add(enum mrc_hist h, uint64_t len, uint64_t n)
 {
-    struct mrc_stats_block *b = mrc_stats_thread_block();
+    struct mrc_stats_block *b = mrc_stats_block();
     uint64_t *p = &b->hist[h][mrc_hist_bucket(len)];
     __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
