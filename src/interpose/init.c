@@ -160,10 +160,10 @@ void mrc_init(void)
     mrc_cache_init(&mrc_g.cache, &p);
     mrc_g.watch_unmaps = (mrc_g.cfg.monitor & MRC_MONITOR_PRELOAD) != 0;
     mrc_g.watch_malloc = mrc_g.watch_unmaps && mrc_g.cfg.malloc_hooks && mrc_glibc_heap_init();
-    if (mrc_g.cfg.monitor & MRC_MONITOR_PATCH) {
+    if (mrc_g.cfg.monitor & MRC_MONITOR_PATCH)
         mrc_patch_install();
+    if (mrc_g.cfg.monitor)
         mrc_patch_selftest(mrc_g.watch_unmaps);
-    }
     if (!mrc_g.cfg.monitor)
         MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
     pthread_atfork(fork_prepare, fork_parent, fork_child);

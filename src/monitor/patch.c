@@ -502,8 +502,8 @@ unsigned mrc_patch_selftest(int preload)
 {
     if (!patched_count) {
         if (preload)
-            note("unmap coverage incomplete: libc not patched; unmaps glibc makes itself (thread stacks, "
-                     "dlclose) are unseen");
+            note("unmap coverage incomplete: libc not patched; unmaps glibc and ld.so make themselves "
+                 "(thread stacks, dlclose%s) are unseen", mrc_g.watch_malloc ? "" : ", free, heap trimming");
         return 0;
     }
     void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
