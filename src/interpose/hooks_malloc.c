@@ -13,12 +13,11 @@
 MRC_EXPORT void free(void *p)
 {
     /* Every free of the process comes here: while nothing was ever registered it costs a
-     * load, two branches and a tail call, plus glibc's header bit for an mmapped chunk
-     * (whose free moves glibc's trim threshold, which the heap monitor mirrors). */
+     * load, a branch and a tail call. glibc's dynamic trim threshold is mirrored only
+     * from then on; until a free shows it, the heap monitor assumes the initial (lowest)
+     * one, which can only make it invalidate more, never less. */
     void (*real)(void *) = __atomic_load_n(&mrc_real.free, __ATOMIC_RELAXED);
     if (__builtin_expect(real && !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED), 1)) {
-        if (__builtin_expect(p && mrc_heap_tracks_thresholds && (((size_t *)p)[-1] & 2), 0))
-            mrc_heap_note_mmapped_free(p);
         real(p);
         return;
     }

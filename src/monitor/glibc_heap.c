@@ -45,7 +45,6 @@ static struct {
 } sh = { 128u << 10, 128u << 10, 128u << 10, 128, 0 };
 
 static int glibc;                     /* the next allocator is glibc's malloc */
-int mrc_heap_tracks_thresholds;
 static int late_logged;
 
 #define libc_ready mrc_real_ensure_libc
@@ -56,7 +55,6 @@ static void unknown_settings(void)
     sh.pad = 0;
     sh.max_fast = 0;
     sh.no_dyn = 1;
-    mrc_heap_tracks_thresholds = 0;
 }
 
 int mrc_glibc_heap_init(void)
@@ -66,7 +64,6 @@ int mrc_glibc_heap_init(void)
         getenv("MALLOC_MMAP_MAX_") || getenv("MALLOC_ARENA_MAX") ||
         (getenv("GLIBC_TUNABLES") && strstr(getenv("GLIBC_TUNABLES"), "glibc.malloc.")))
         unknown_settings();
-    mrc_heap_tracks_thresholds = glibc && !sh.no_dyn;
     return glibc;
 }
 
@@ -194,18 +191,11 @@ static void done(const struct release *r, const struct pending *p, enum mrc_inva
  * trim threshold with it (malloc.c, __libc_free). */
 static void track_threshold(void *mem)
 {
-    if (!mrc_heap_tracks_thresholds)
-        return;
     size_t f = fsize((uintptr_t)mem - 2 * SZ);
     if ((f & IS_MMAPPED) && !sh.no_dyn && f > sh.mmap_thr && f <= MMAP_THRESHOLD_MAX) {
         sh.mmap_thr = f & ~(size_t)SIZE_BITS;
         sh.trim = 2 * sh.mmap_thr;
     }
-}
-
-void mrc_heap_note_mmapped_free(void *p)
-{
-    track_threshold(p);
 }
 
 void mrc_on_free(void *p)
@@ -217,7 +207,6 @@ void mrc_on_free(void *p)
         return;
     }
     if (!mrc_watching()) {
-        track_threshold(p);
         mrc_real.free(p);
         return;
     }
@@ -341,8 +330,6 @@ int mrc_on_mallopt(int param, int value)
         return 0;
     int rc = mrc_real.mallopt(param, value);
     if (rc == 1) {
-        if (param == M_TRIM_THRESHOLD || param == M_TOP_PAD || param == M_MMAP_THRESHOLD || param == M_MMAP_MAX)
-            mrc_heap_tracks_thresholds = 0;   /* glibc stops moving them too */
         switch (param) {
         case M_TRIM_THRESHOLD: sh.trim = (uint64_t)(unsigned)value; sh.no_dyn = 1; break;
         case M_TOP_PAD: sh.pad = (uint64_t)(unsigned)value; sh.no_dyn = 1; break;

@@ -11,12 +11,6 @@
 int mrc_glibc_heap_init(void);
 
 void mrc_on_free(void *p);
-
-/* Whether frees of glibc's mmapped chunks must be reported (glibc is the allocator and
- * its dynamic thresholds are being mirrored), and the report itself: the fast path of
- * the free hook while the cache is unused. */
-extern int mrc_heap_tracks_thresholds;
-void mrc_heap_note_mmapped_free(void *p);
 void *mrc_on_realloc(void *p, size_t n);
 void *mrc_on_reallocarray(void *p, size_t n, size_t size);
 int mrc_on_posix_memalign(void **out, size_t align, size_t size);
