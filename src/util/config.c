@@ -165,7 +165,7 @@ static const struct mrc_config_row rows[] = {
         parse_positive, max_entries),
     ROW("MRCACHE_MAX_BYTES", "auto", "registered bytes kept (K/M/G/T suffixes); auto: RLIMIT_MEMLOCK if finite and the process lacks CAP_IPC_LOCK, else 1/4 of RAM",
         parse_size_or_auto, max_bytes),
-    ROW("MRCACHE_MAX_DEFERRED", "256M", "bytes of invalidated registrations that may wait for deregistration before the next call drains them",
+    ROW("MRCACHE_MAX_DEFERRED", "256M", "bytes of registrations invalidated inside unmap hooks that may wait for the next verbs call; past this a helper thread deregisters them",
         parse_positive, max_deferred_bytes),
     ROW("MRCACHE_REMOTE", "exact", "remote-access registrations: exact (cached, reused only for the same range and rights) or never (deregistered at ibv_dereg_mr, rkey revoked)",
         parse_remote, remote_policy),
