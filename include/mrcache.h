@@ -54,6 +54,7 @@ struct ibv_pd;   /* from <infiniband/verbs.h>; only its address is used here */
 /* Monitor sources: how libmrcache learns that registered memory went away. */
 #define MRCACHE_MONITOR_PRELOAD 0x1u  /* munmap, mremap, madvise, mmap(MAP_FIXED), shmdt, brk hooks */
 #define MRCACHE_MONITOR_MALLOC  0x2u  /* glibc malloc's own unmaps (free, trim), predicted */
+#define MRCACHE_MONITOR_PATCH   0x4u  /* libc's entry points patched: glibc's own calls seen */
 
 /* Flags of mrcache_invalidate. */
 #define MRCACHE_INVALIDATE_DEFER 0x1u /* do not deregister now (see mrcache_invalidate) */

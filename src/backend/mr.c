@@ -36,6 +36,7 @@ static __thread struct mrc_handle *tls_free;
 static __thread unsigned tls_nfree;
 static __thread int tls_in_reg;   /* re-entry from libibverbs (reg_mr -> iova2@plt) */
 static pthread_key_t tls_key;     /* returns a dead thread's free handles to the pool */
+static __thread int tls_keyed;
 
 static void tls_handles_release(void *arg)
 {
@@ -69,8 +70,10 @@ static struct mrc_handle *handle_alloc(void)
 static void handle_free(struct mrc_handle *h)
 {
     __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_RELEASE);
-    if (!tls_free)
+    if (!tls_keyed) {
         pthread_setspecific(tls_key, &tls_free);   /* non-NULL: run the destructor */
+        tls_keyed = 1;
+    }
     if (tls_nfree < TLS_HANDLES) {
         h->next_free = tls_free;
         tls_free = h;
@@ -160,9 +163,12 @@ int mrc_on_dereg_mr(struct ibv_mr *mr)
     struct mrc_handle *h = handle_of(mr);
     if (!h)
         return mrc_real.dereg_mr(mr);
-    uint32_t live = HANDLE_LIVE;
-    if (!__atomic_compare_exchange_n(&h->magic, &live, HANDLE_FREE, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    /* A load and a store, not a locked exchange: deregistering one MR from two threads
+     * at once is a program error under verbs too; a second deregistration later is
+     * what this catches. */
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE)
         return EINVAL;          /* deregistered already: never touch it twice */
+    __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_RELAXED);
     if (h->fork_gen != mrc_g.fork_gen) {
         /* Made by our parent before fork: its registration shares the device file with
          * the parent, which still uses it. Forget the handle, touch nothing. */

@@ -595,12 +595,14 @@ void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
         return;
     }
     if (old == 2 && (__atomic_load_n(&e->flags, __ATOMIC_RELAXED) & MRC_E_IN_TREE)) {
-        /* An entry among the most recently moved quarter of the LRU stays where it is:
+        /* An entry at the tail (with no earlier release of ours pending, which would move
+         * past it), or among the most recently moved quarter of the LRU, stays:
          * the order among recent entries hardly matters for eviction, and skipping the
          * move keeps a thread that reuses its buffers off the lock entirely. */
-        if (LD(&c->lru_clock) - LD(&e->lru_stamp) < LD(&c->tree_count) / 4)
-            return;
         struct mrc_thread_state *t = thread_state(c);
+        uint64_t age = LD(&c->lru_clock) - LD(&e->lru_stamp);
+        if ((age == 0 && t->nbatch == 0) || age < LD(&c->tree_count) / 4)
+            return;
         t->batch[t->nbatch++] = e;
         if (t->nbatch == BATCH) {
             pthread_mutex_lock(&c->lock);

@@ -15,6 +15,7 @@
 
 #include "interpose/export.h"
 #include "interpose/state.h"
+#include "monitor/patch.h"
 #include "util/report.h"
 
 _Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V1,
@@ -39,16 +40,8 @@ static uint64_t now_ns(void)
 static unsigned monitor_mask(void)
 {
     return (mrc_g.watch_unmaps ? MRCACHE_MONITOR_PRELOAD : 0u) |
-           (mrc_g.watch_malloc ? MRCACHE_MONITOR_MALLOC : 0u);
-}
-
-/* The same words as the exit dump's "monitor" (init.c's monitor_name), so a dump made
- * here reads like one made at exit. */
-static const char *monitor_name(void)
-{
-    if (!mrc_g.watch_unmaps)
-        return "none (unsafe)";
-    return mrc_g.watch_malloc ? "preload+malloc" : "preload";
+           (mrc_g.watch_malloc ? MRCACHE_MONITOR_MALLOC : 0u) |
+           (*mrc_patch_summary() ? MRCACHE_MONITOR_PATCH : 0u);
 }
 
 /* The public index of an internal cause: the internal enum may grow and reorder, the
@@ -123,7 +116,7 @@ static int do_flush(struct ibv_pd *pd, unsigned flags)
 
 static void collect(struct mrc_report *r)
 {
-    mrc_report_collect(r, &mrc_g.cache, now_ns() - mrc_g.start_ns, monitor_name());
+    mrc_report_collect(r, &mrc_g.cache, now_ns() - mrc_g.start_ns, mrc_monitor_name());
 }
 
 static int do_stats_read(size_t size, struct mrcache_stats *out)

@@ -52,7 +52,8 @@ MRC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off
 MRC_EXPORT void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
 {
     void *new_addr = NULL;
-    if (flags & MREMAP_FIXED) {
+    /* glibc reads the fifth argument for both flags that take a new address. */
+    if (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {
         va_list ap;
         va_start(ap, flags);
         new_addr = va_arg(ap, void *);

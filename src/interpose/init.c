@@ -35,7 +35,7 @@ static uint64_t now_ns(void)
 }
 
 /* The active sources, e.g. "patch+preload+malloc", "patch(5/8)+preload+malloc". */
-static const char *monitor_name(void)
+const char *mrc_monitor_name(void)
 {
     static char name[48];
     const char *patch = mrc_patch_summary();
@@ -50,7 +50,7 @@ static void dump_stats(int at_exit)
 {
     const char *dest = mrc_g.cfg.stats;
     struct mrc_report r;
-    mrc_report_collect(&r, &mrc_g.cache, now_ns() - mrc_g.start_ns, monitor_name());
+    mrc_report_collect(&r, &mrc_g.cache, now_ns() - mrc_g.start_ns, mrc_monitor_name());
     if (!strcmp(dest, "off") || !strcmp(dest, "0"))
         return;
     if (!strcmp(dest, "auto")) {
@@ -168,7 +168,7 @@ void mrc_init(void)
         MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     MRC_DEBUG("ready: max %llu entries, %llu bytes; monitor %s", (unsigned long long)p.max_entries,
-              (unsigned long long)p.max_bytes, monitor_name());
+              (unsigned long long)p.max_bytes, mrc_monitor_name());
     __atomic_store_n(&mrc_g.ready, 2, __ATOMIC_RELEASE);
 }
 

@@ -41,6 +41,9 @@ void mrc_init(void);
 /* Called on the first registration: arranges the exit-time flush and stats dump. */
 void mrc_on_first_registration(void);
 
+/* Which unmap sources are active, as the statistics name them ("patch+preload+malloc"). */
+const char *mrc_monitor_name(void);
+
 /* Called by the fork hook before the real fork. */
 void mrc_before_fork(void);
 
