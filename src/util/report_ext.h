@@ -1,0 +1,12 @@
+/* report_ext.h - the parts of the statistics dump that issue 7 added: the launcher rank,
+ * MR handles still registered (leaks, at exit) and the call sites. report.c calls it
+ * after its own body. Not from a hook (symbolizes, may allocate). */
+#ifndef MRC_REPORT_EXT_H
+#define MRC_REPORT_EXT_H
+
+/* JSON: writes `,\n "rank": ..., "leaks": {...},\n "callsites": {...}}\n`, i.e. the
+ * fields after "sizes" and the closing brace of the top-level object. Text: the rank,
+ * leak and call-site lines. 0 or -errno. */
+int mrc_report_ext_write(int fd, int json);
+
+#endif
