@@ -13,7 +13,7 @@
 
 #include "core/cache.h"
 
-#define HINTS 4
+#define HINTS 64   /* per thread, direct-mapped by the request's first page */
 #define BATCH 16
 #define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
@@ -21,7 +21,6 @@
 struct mrc_thread_state {
     uint64_t cache_id;
     struct mrc_entry *hint[HINTS];
-    unsigned next_hint;
     struct mrc_entry *batch[BATCH];   /* released entries whose LRU move is pending */
     unsigned nbatch;
 };
@@ -136,31 +135,33 @@ static int ref_get_unless_zero(uint32_t *ref)
     return 0;
 }
 
-static void hint_add(struct mrc_thread_state *t, struct mrc_entry *e)
+/* The hint slot of a request: its first page and domain, hashed, so that a thread
+ * cycling through up to ~HINTS buffers finds each one without the lock. */
+static unsigned hint_slot(const void *domain, uint64_t first)
 {
-    for (unsigned i = 0; i < HINTS; i++)
-        if (t->hint[i] == e)
-            return;
-    t->hint[t->next_hint] = e;
-    t->next_hint = (t->next_hint + 1) % HINTS;
+    uint64_t k = (first >> 12) ^ ((uintptr_t)domain >> 4);
+    return (unsigned)((k * 0x9e3779b97f4a7c15ull) >> 58) & (HINTS - 1);
+}
+
+static void hint_add(struct mrc_thread_state *t, struct mrc_entry *e, const void *domain, uint64_t first)
+{
+    t->hint[hint_slot(domain, first)] = e;
 }
 
 static struct mrc_entry *hint_lookup(struct mrc_cache *c, struct mrc_thread_state *t, void *domain,
                                      uint64_t first, uint64_t last, int64_t iova_off, uint32_t access)
 {
-    for (unsigned i = 0; i < HINTS; i++) {
-        struct mrc_entry *e = t->hint[i];
-        if (!e || !entry_serves(c, e, domain, first, last, iova_off, access))
-            continue;
-        if (!ref_get_unless_zero(&e->ref))
-            continue;
-        /* Holding a reference freezes the key: test again, and that it is still findable
-         * (an invalidation clears IN_TREE before it drops the tree's reference). */
-        if ((__atomic_load_n(&e->flags, __ATOMIC_SEQ_CST) & MRC_E_IN_TREE) &&
-            entry_serves(c, e, domain, first, last, iova_off, access))
-            return e;
-        mrc_cache_put(c, e);
-    }
+    struct mrc_entry *e = t->hint[hint_slot(domain, first)];
+    if (!e || !entry_serves(c, e, domain, first, last, iova_off, access))
+        return NULL;
+    if (!ref_get_unless_zero(&e->ref))
+        return NULL;
+    /* Holding a reference freezes the key: test again, and that it is still findable
+     * (an invalidation clears IN_TREE before it drops the tree's reference). */
+    if ((__atomic_load_n(&e->flags, __ATOMIC_SEQ_CST) & MRC_E_IN_TREE) &&
+        entry_serves(c, e, domain, first, last, iova_off, access))
+        return e;
+    mrc_cache_put(c, e);
     return NULL;
 }
 
@@ -487,7 +488,7 @@ int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len
     if (e) {
         __atomic_fetch_add(&e->ref, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&c->lock);
-        hint_add(t, e);
+        hint_add(t, e, domain, first);
         goto hit;
     }
 
@@ -575,7 +576,7 @@ int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len
     pthread_mutex_unlock(&c->lock);
     dereg_list(c, victims);
     dereg_list(c, dead);
-    hint_add(t, e);
+    hint_add(t, e, domain, first);
     *out = e;
     return 0;
 
