@@ -604,6 +604,8 @@ void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
         uint64_t age = LD(&c->lru_clock) - LD(&e->lru_stamp);
         if ((age == 0 && t->nbatch == 0) || age < LD(&c->tree_count) / 4)
             return;
+        if (t->nbatch && t->batch[t->nbatch - 1] == e)
+            return;     /* already the newest pending move: a buffer reused in a loop */
         t->batch[t->nbatch++] = e;
         if (t->nbatch == BATCH) {
             pthread_mutex_lock(&c->lock);
