@@ -13,6 +13,9 @@
 #include "backend/verbs_ops.h"
 #include "interpose/real.h"
 #include "interpose/state.h"
+#include "util/callsite.h"
+#include "util/dumpsig.h"
+#include "util/leaks.h"
 #include "util/log.h"
 #include "util/stats.h"
 
@@ -28,6 +31,7 @@ struct mrc_handle {
     struct ibv_mr *priv;         /* ... for a private one (after rereg) */
     uint64_t iova;
     struct mrc_handle *next_free;
+    struct mrc_leak_tag leak;    /* counted live until deregistered: the leak report */
 };
 
 /* A few free handles per thread, so that hits on different threads share no lock. */
@@ -110,6 +114,7 @@ struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
         return passthrough_reg(pd, addr, len, iova, access);
     if (!__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED))
         mrc_on_first_registration();   /* also in a forked child, whose cache starts unused */
+    mrc_dumpsig_poll();          /* MRCACHE_DUMP_SIGNAL: dump here, outside any hook */
 
     struct mrc_handle *h = handle_alloc();
     if (!h) {
@@ -117,6 +122,7 @@ struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
         return NULL;
     }
     struct mrc_entry *e;
+    uint64_t mark = mrc_callsite_mark();   /* call sites: tells a hit from a miss */
     tls_in_reg = 1;
     int rc = mrc_cache_get(&mrc_g.cache, pd, (uintptr_t)addr, len, iova, access, &e);
     tls_in_reg = 0;
@@ -137,6 +143,9 @@ struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
     h->iova = iova;
     h->entry = e;
     h->fork_gen = mrc_g.fork_gen;
+    int hit;
+    struct mrc_callsite *site = mrc_callsite_count(len, mark, &hit);
+    mrc_leaks_on_create(&h->leak, len, site, hit);
     __atomic_store_n(&h->magic, HANDLE_LIVE, __ATOMIC_RELEASE);
     return &h->mr;
 }
@@ -163,6 +172,7 @@ int mrc_on_dereg_mr(struct ibv_mr *mr)
     struct mrc_handle *h = handle_of(mr);
     if (!h)
         return mrc_real.dereg_mr(mr);
+    mrc_dumpsig_poll();          /* a handle of ours: libmrcache is ready */
     /* A load and a store, not a locked exchange: deregistering one MR from two threads
      * at once is a program error under verbs too; a second deregistration later is
      * what this catches. */
@@ -185,6 +195,7 @@ int mrc_on_dereg_mr(struct ibv_mr *mr)
             return rc;
         }
     }
+    mrc_leaks_on_release(&h->leak);
     handle_free(h);
     return 0;
 }

@@ -15,6 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#define MRCACHE_BUILDING_LIBRARY
+#include "mrcache.h"
+
 #include "backend/mr.h"
 #include "backend/verbs_ops.h"
 #include "interpose/drainer.h"
@@ -22,6 +25,9 @@
 #include "interpose/state.h"
 #include "monitor/glibc_heap.h"
 #include "monitor/patch.h"
+#include "util/callsite.h"
+#include "util/dumpsig.h"
+#include "util/leaks.h"
 #include "util/log.h"
 #include "util/report.h"
 
@@ -59,12 +65,19 @@ static void dump_stats(int at_exit)
         dest = "stderr";
     }
     (void)at_exit;
-    int fd = mrc_report_open(dest);
+    int fd = mrc_report_open_exit(dest);
     if (fd < 0)
         return;
     mrc_report_write(fd, &r, mrc_g.cfg.stats_format == MRC_STATS_JSON);
     if (fd != 2)
         close(fd);
+}
+
+/* MRCACHE_DUMP_SIGNAL's dump, run from a registration call: the same as the API's
+ * mrcache_stats_dump to the configured destination (numbered files, pattern.N). */
+static void dump_on_signal(void)
+{
+    (void)mrcache_stats_dump(MRCACHE_DUMP_CONFIGURED, 0);
 }
 
 static void on_exit_handler(void)
@@ -110,6 +123,7 @@ void mrc_before_fork(void)
 
 static void fork_prepare(void)
 {
+    mrc_callsite_fork_lock();   /* a leaf lock: its order against the others is free */
     pthread_mutex_lock(&mrc_g.cache.lock);
     pthread_mutex_lock(&mrc_g.handles.lock);
 }
@@ -118,6 +132,7 @@ static void fork_parent(void)
 {
     pthread_mutex_unlock(&mrc_g.handles.lock);
     pthread_mutex_unlock(&mrc_g.cache.lock);
+    mrc_callsite_fork_unlock();
 }
 
 static void fork_child(void)
@@ -129,6 +144,8 @@ static void fork_child(void)
     mrc_g.fork_gen++;
     mrc_cache_forget(&mrc_g.cache);
     mrc_stats_child_reset();
+    mrc_leaks_child_reset();
+    mrc_callsite_child_reset();
 }
 
 void mrc_init(void)
@@ -166,6 +183,9 @@ void mrc_init(void)
         mrc_patch_selftest(mrc_g.watch_unmaps);
     if (!mrc_g.cfg.monitor)
         MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
+    mrc_callsite_init(mrc_g.cfg.callsites, mrc_g.cfg.callsite_sample);
+    if (mrc_dumpsig_install(mrc_g.cfg.dump_signal, dump_on_signal))
+        MRC_WARN("MRCACHE_DUMP_SIGNAL: cannot install the handler for signal %d", mrc_g.cfg.dump_signal);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     MRC_DEBUG("ready: max %llu entries, %llu bytes; monitor %s", (unsigned long long)p.max_entries,
               (unsigned long long)p.max_bytes, mrc_monitor_name());

@@ -14,6 +14,7 @@
 
 #include "core/cache.h"
 #include "util/config.h"
+#include "util/dumpsig.h"
 #include "util/log.h"
 
 typedef int (*mrc_parse_fn)(const char *s, void *field);
@@ -157,6 +158,15 @@ static int parse_monitor(const char *s, void *f)
     return 0;
 }
 
+static int parse_signal(const char *s, void *f)
+{
+    int signo = mrc_dumpsig_parse(s);
+    if (signo < 0)
+        return -1;
+    *(int *)f = signo;
+    return 0;
+}
+
 #define ROW(n, d, h, p, field) { n, d, h, p, offsetof(struct mrc_config, field) }
 
 static const struct mrc_config_row rows[] = {
@@ -170,13 +180,19 @@ static const struct mrc_config_row rows[] = {
     ROW("MRCACHE_REMOTE", "exact", "remote-access registrations: exact (cached, reused only for the same range and rights) or never (deregistered at ibv_dereg_mr, rkey revoked)",
         parse_remote, remote_policy),
     ROW("MRCACHE_LOG", "warn", "log level: error, warn, info, debug", parse_log, log_level),
-    ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off, stderr, or a file path where %p is the pid and %h the host",
+    ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off, stderr, or a file path where %p is the pid, %h the host, %r the rank (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID), %% a literal %",
         parse_stats, stats),
     ROW("MRCACHE_STATS_FORMAT", "text", "text or json", parse_format, stats_format),
     ROW("MRCACHE_MONITOR", "auto", "how unmaps are seen, a comma-separated list: auto (= patch,preload), patch (libc's munmap-family entry points patched, so glibc's own calls are seen), preload (munmap-family and allocator hooks), none (UNSAFE: no invalidation; for demonstrations only)",
         parse_monitor, monitor),
     ROW("MRCACHE_MALLOC_HOOKS", "1", "0 stops watching glibc malloc's own unmaps (free of mmapped chunks, heap trimming)",
         parse_bool, malloc_hooks),
+    ROW("MRCACHE_CALLSITES", "0", "attribute registrations, misses, bytes and leaked MRs to the top N call stacks (libunwind); 0 = off",
+        parse_u64, callsites),
+    ROW("MRCACHE_CALLSITES_SAMPLE", "64", "with MRCACHE_CALLSITES: every miss is captured, hits 1 in about K (random intervals; 1 = all)",
+        parse_positive, callsite_sample),
+    ROW("MRCACHE_DUMP_SIGNAL", "none", "a signal (USR1, USR2, HUP, RTMIN+n, ...) that asks for a statistics dump, written at the next registration or deregistration call",
+        parse_signal, dump_signal),
     ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
 };
 
@@ -199,10 +215,10 @@ void mrc_config_load(struct mrc_config *cfg)
 void mrc_config_print_help(int fd)
 {
     char line[512];
-    int n = snprintf(line, sizeof(line), "%-22s %-8s %s\n", "variable", "default", "meaning");
+    int n = snprintf(line, sizeof(line), "%-25s %-8s %s\n", "variable", "default", "meaning");
     mrc_write_all(fd, line, (unsigned long)n);
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        n = snprintf(line, sizeof(line), "%-22s %-8s %s\n", rows[i].name, rows[i].def, rows[i].help);
+        n = snprintf(line, sizeof(line), "%-25s %-8s %s\n", rows[i].name, rows[i].def, rows[i].help);
         if (n > (int)sizeof(line) - 1)
             n = (int)sizeof(line) - 1;
         mrc_write_all(fd, line, (unsigned long)n);

@@ -20,6 +20,9 @@ struct mrc_config {
     int monitor;                /* MRC_MONITOR_* bits */
     int malloc_hooks;           /* watch the allocator's own unmaps */
     int help;
+    uint64_t callsites;         /* top N call stacks attributed; 0 = off */
+    uint64_t callsite_sample;   /* hits captured 1 in about K */
+    int dump_signal;            /* signal that asks for a dump; 0 = none */
 };
 
 #define MRC_MONITOR_PRELOAD 1   /* the munmap-family and allocator hooks */

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include "util/log.h"
+#include "util/outpath.h"
 #include "util/report.h"
+#include "util/report_ext.h"
 
 struct buf {
     char d[16384];
@@ -142,7 +144,7 @@ static void write_json(struct buf *b, const struct mrc_report *r)
             (unsigned long long)r->s.hist[MRC_HIST_REGS][i], (unsigned long long)r->s.hist[MRC_HIST_REG_NS][i]);
         first = 0;
     }
-    put(b, "]}\n");
+    put(b, "]");   /* mrc_report_ext_write adds the rest and closes the object */
 }
 
 int mrc_report_write(int fd, const struct mrc_report *r, int json)
@@ -153,43 +155,20 @@ int mrc_report_write(int fd, const struct mrc_report *r, int json)
         write_json(&b, r);
     else
         write_text(&b, r);
-    return mrc_write_all(fd, b.d, b.n);
+    int rc = mrc_write_all(fd, b.d, b.n);
+    return rc ? rc : mrc_report_ext_write(fd, json);
 }
 
 int mrc_report_open(const char *pattern)
 {
     if (!strcmp(pattern, "stderr"))
         return 2;
-    char path[512];
-    size_t n = 0;
-    for (const char *p = pattern; *p && n < sizeof(path) - 32; p++) {
-        if (*p != '%') {
-            path[n++] = *p;
-            continue;
-        }
-        p++;
-        if (*p == 'p') {
-            n += (size_t)snprintf(path + n, sizeof(path) - n, "%d", (int)getpid());
-        } else if (*p == 'h') {
-            char host[64] = "";
-            gethostname(host, sizeof(host) - 1);
-            n += (size_t)snprintf(path + n, sizeof(path) - n, "%s", host);
-        } else if (*p == '%') {
-            path[n++] = '%';
-        } else {
-            return -EINVAL;
-        }
-        if (n >= sizeof(path) - 32)
-            break;
-    }
-    path[n] = 0;
-    /* O_EXCL and O_NOFOLLOW: never write through a symlink, never clobber a file that
-     * another process (or an earlier run) wrote. */
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = errno;
-        MRC_WARN("cannot create stats file %s: %s", path, strerror(e));
-        return -e;
-    }
-    return fd;
+    return mrc_outpath_open(pattern, 0, NULL, 0);
+}
+
+int mrc_report_open_exit(const char *pattern)
+{
+    if (!strcmp(pattern, "stderr"))
+        return 2;
+    return mrc_outpath_open(pattern, MRC_OUTPATH_NEXT_FREE, NULL, 0);
 }

@@ -25,9 +25,14 @@ uint64_t mrc_report_saved_ns(const struct mrc_report *r);
 /* Writes the report to fd as text or JSON. 0 or -errno. */
 int mrc_report_write(int fd, const struct mrc_report *r, int json);
 
-/* Opens the stats destination: "stderr" gives 2; a path pattern (%p pid, %h host, %% %)
- * is created without following a symlink and without clobbering another's file.
- * Returns the fd (the caller closes it unless it is 2) or -errno. */
+/* Opens the stats destination: "stderr" gives 2; a path pattern (%p pid, %h host,
+ * %r rank, %% %: util/outpath.h) is created without following a symlink and without
+ * clobbering any existing file (-EEXIST). Returns the fd (the caller closes it unless it
+ * is 2) or -errno. */
 int mrc_report_open(const char *pattern);
+
+/* The same for the exit dump: a taken name moves on to name.1, name.2, ... (with a
+ * warning) rather than losing the report. */
+int mrc_report_open_exit(const char *pattern);
 
 #endif
