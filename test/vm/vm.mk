@@ -31,8 +31,8 @@ $(VM_PBIN)/test_%: test/preload/test_%.c test/preload/common.h test/preload/rdma
 
 vm-progs: $(VM_PROGS) $(VM_PRELOAD_PROGS)
 
-vm-test: $(LIB) $(VM_PROGS) $(VM_PRELOAD_PROGS)
-	scripts/vm-build.sh -o $(VM_DIR) -l $(LIB) $(addprefix -p ,$(VM_PRELOAD_TESTS)) $(VM_PROGS)
+vm-test: $(LIB) $(VM_PROGS) $(VM_PRELOAD_PROGS) $(BUILD)/demo/mrc_demo
+	scripts/vm-build.sh -o $(VM_DIR) -l $(LIB) $(addprefix -p ,$(VM_PRELOAD_TESTS)) $(VM_PROGS) $(BUILD)/demo/mrc_demo
 	@scripts/run-tests.sh -- "scripts/vm-run.sh -d $(VM_DIR) -t $(VM_TIMEOUT) -T '$(VM_TESTS)'"
 
 .PHONY: vm-progs
