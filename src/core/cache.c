@@ -13,7 +13,7 @@
 
 #include "core/cache.h"
 
-#define HINTS 64   /* per thread, direct-mapped by the request's first page */
+#define HINTS 64   /* per thread: 32 sets of 2, by the request's first page */
 #define BATCH 16
 #define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
@@ -135,23 +135,28 @@ static int ref_get_unless_zero(uint32_t *ref)
     return 0;
 }
 
-/* The hint slot of a request: its first page and domain, hashed, so that a thread
- * cycling through up to ~HINTS buffers finds each one without the lock. */
-static unsigned hint_slot(const void *domain, uint64_t first)
+/* The hint set of a request: its first page and domain, hashed, to a pair of slots
+ * (two-way, so that a thread cycling through dozens of buffers rarely evicts one it is
+ * about to reuse), found without the lock. */
+static unsigned hint_set(const void *domain, uint64_t first)
 {
     uint64_t k = (first >> 12) ^ ((uintptr_t)domain >> 4);
-    return (unsigned)((k * 0x9e3779b97f4a7c15ull) >> 58) & (HINTS - 1);
+    return (unsigned)((k * 0x9e3779b97f4a7c15ull) >> 59) * 2;
 }
 
 static void hint_add(struct mrc_thread_state *t, struct mrc_entry *e, const void *domain, uint64_t first)
 {
-    t->hint[hint_slot(domain, first)] = e;
+    unsigned s = hint_set(domain, first);
+    if (t->hint[s] == e || t->hint[s + 1] == e)
+        return;
+    /* The newer one goes first, the older one moves to the second way. */
+    t->hint[s + 1] = t->hint[s];
+    t->hint[s] = e;
 }
 
-static struct mrc_entry *hint_lookup(struct mrc_cache *c, struct mrc_thread_state *t, void *domain,
-                                     uint64_t first, uint64_t last, int64_t iova_off, uint32_t access)
+static struct mrc_entry *hint_try(struct mrc_cache *c, struct mrc_entry *e, void *domain, uint64_t first,
+                                  uint64_t last, int64_t iova_off, uint32_t access)
 {
-    struct mrc_entry *e = t->hint[hint_slot(domain, first)];
     if (!e || !entry_serves(c, e, domain, first, last, iova_off, access))
         return NULL;
     if (!ref_get_unless_zero(&e->ref))
@@ -163,6 +168,14 @@ static struct mrc_entry *hint_lookup(struct mrc_cache *c, struct mrc_thread_stat
         return e;
     mrc_cache_put(c, e);
     return NULL;
+}
+
+static struct mrc_entry *hint_lookup(struct mrc_cache *c, struct mrc_thread_state *t, void *domain,
+                                     uint64_t first, uint64_t last, int64_t iova_off, uint32_t access)
+{
+    unsigned s = hint_set(domain, first);
+    struct mrc_entry *e = hint_try(c, t->hint[s], domain, first, last, iova_off, access);
+    return e ? e : hint_try(c, t->hint[s + 1], domain, first, last, iova_off, access);
 }
 
 static struct mrc_entry *tree_lookup_locked(struct mrc_cache *c, void *domain, uint64_t first,
