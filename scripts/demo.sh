@@ -6,8 +6,8 @@
 # Usage: demo.sh [BUILD_DIR] [MESSAGE_BYTES] [MESSAGES]
 set -euo pipefail
 B=$(cd "${1:-build}" && pwd)
-SIZE=${2:-1048576}
-COUNT=${3:-2000}
+SIZE=${2:-65536}
+COUNT=${3:-20000}
 DEMO=$B/demo/mrc_demo
 envs=()
 if command -v ibv_devices >/dev/null && [ "$(ibv_devices 2>/dev/null | tail -n +3 | wc -l)" -gt 0 ]; then
