@@ -22,6 +22,25 @@ void mrc_pool_init(struct mrc_pool *p, size_t obj_size, int zero)
     pthread_mutex_init(&p->lock, NULL);
 }
 
+/* Faults in the next window of fresh objects with one system call when the bump pointer
+ * enters it: a page fault per first touch costs microseconds in a VM, on a miss's path.
+ * Best effort (MADV_POPULATE_WRITE needs Linux 5.14); a window at a time keeps RSS near
+ * what is used. */
+#define PREFAULT_WINDOW (64u << 10)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+static void prefault(struct mrc_pool *p, const char *obj)
+{
+    uintptr_t a = (uintptr_t)obj, w = a & ~(uintptr_t)(PREFAULT_WINDOW - 1);
+    if (a - w >= p->obj_size)
+        return;                       /* not the first object of its window */
+    uintptr_t end = w + PREFAULT_WINDOW;
+    if (end > (uintptr_t)p->bump_end)
+        end = (uintptr_t)p->bump_end;
+    syscall(SYS_madvise, w, end - w, MADV_POPULATE_WRITE);
+}
+
 static int pool_grow(struct mrc_pool *p)
 {
     if (p->narenas == MRC_POOL_MAX_ARENAS)
@@ -53,6 +72,7 @@ void *mrc_pool_get(struct mrc_pool *p)
     } else if ((size_t)(p->bump_end - p->bump) >= p->obj_size || pool_grow(p) == 0) {
         obj = p->bump;
         p->bump += p->obj_size;
+        prefault(p, obj);
     }
     if (obj)
         p->live++;
