@@ -144,7 +144,6 @@ static void fork_child(void)
     mrc_g.fork_gen++;
     mrc_cache_forget(&mrc_g.cache);
     mrc_stats_child_reset();
-    mrc_leaks_child_reset();
     mrc_callsite_child_reset();
 }
 

@@ -37,6 +37,10 @@ enum mrc_stat {
     MRC_STAT_RACED,           /* misses whose range was invalidated while registering */
     MRC_STAT_REAL_REG_NS,     /* time spent in back-end registration */
     MRC_STAT_REAL_DEREG_NS,   /* time spent in back-end deregistration */
+    MRC_STAT_HANDLES_MADE,    /* MR handles handed out (the leak report's live count is */
+    MRC_STAT_HANDLES_RELEASED, /* made minus released, summed over threads) */
+    MRC_STAT_HANDLE_BYTES_MADE,
+    MRC_STAT_HANDLE_BYTES_RELEASED,
     MRC_STAT_INVALIDATED,     /* entries invalidated, all causes */
     MRC_STAT_INVAL_BASE,
     MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_INVAL_LAST

@@ -38,4 +38,4 @@ int shim_open(const char *pattern, unsigned flags, char *used, size_t size) { re
 int shim_sig_parse(const char *s) { return mrc_dumpsig_parse(s); }
 int shim_sig_install(int signo, void (*dump)(void)) { return mrc_dumpsig_install(signo, dump); }
 void shim_sig_poll(void) { mrc_dumpsig_poll(); }
-void shim_child_reset(void) { mrc_callsite_child_reset(); mrc_leaks_child_reset(); }
+void shim_child_reset(void) { mrc_callsite_child_reset(); mrc_stats_child_reset(); }
