@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define MRCACHE_VERSION_MAJOR 0
-#define MRCACHE_VERSION_MINOR 1
+#define MRCACHE_VERSION_MINOR 2
 
 struct ibv_pd;   /* from <infiniband/verbs.h>; only its address is used here */
 
@@ -55,6 +55,7 @@ struct ibv_pd;   /* from <infiniband/verbs.h>; only its address is used here */
 #define MRCACHE_MONITOR_PRELOAD 0x1u  /* munmap, mremap, madvise, mmap(MAP_FIXED), shmdt, brk hooks */
 #define MRCACHE_MONITOR_MALLOC  0x2u  /* glibc malloc's own unmaps (free, trim), predicted */
 #define MRCACHE_MONITOR_PATCH   0x4u  /* libc's entry points patched: glibc's own calls seen */
+#define MRCACHE_MONITOR_UFFD    0x8u  /* userfaultfd events over registered ranges: raw syscalls seen */
 
 /* Flags of mrcache_invalidate. */
 #define MRCACHE_INVALIDATE_DEFER 0x1u /* do not deregister now (see mrcache_invalidate) */
@@ -113,10 +114,17 @@ struct mrcache_stats {
     uint64_t cached_bytes;
     uint64_t deferred;           /* invalidated, waiting for deregistration */
     uint64_t deferred_bytes;
+    /* Since 0.2 (MRCACHE_STATS_SIZE_V2). */
+    uint64_t uffd_events;        /* unmap events read from the userfaultfd source */
+    uint64_t uffd_caught;        /* entries only the userfaultfd saw go */
+    uint64_t uffd_unwatched;     /* registrations the userfaultfd could not watch */
+    uint64_t verify_checks;      /* hits checked against /proc/self/pagemap */
+    uint64_t verify_stale;       /* ... found stale (and re-registered) */
 };
 
-/* The size of the first version of struct mrcache_stats (this header's). */
+/* The sizes of the versions of struct mrcache_stats: 0.1's, and 0.2's (this header's). */
 #define MRCACHE_STATS_SIZE_V1 352
+#define MRCACHE_STATS_SIZE_V2 392
 
 #ifdef MRCACHE_BUILDING_LIBRARY
 

@@ -18,8 +18,9 @@
 #include "monitor/patch.h"
 #include "util/report.h"
 
-_Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V1,
-               "struct mrcache_stats grows only at its end: add a MRCACHE_STATS_SIZE_V2");
+_Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V2 &&
+                   offsetof(struct mrcache_stats, uffd_events) == MRCACHE_STATS_SIZE_V1,
+               "struct mrcache_stats grows only at its end: add a MRCACHE_STATS_SIZE_V3");
 
 /* 0 once libmrcache is ready; a call arriving before our constructor initialises it.
  * -EAGAIN only for a call made from inside our own initialisation. */
@@ -162,6 +163,11 @@ static int do_stats_read(size_t size, struct mrcache_stats *out)
     s.cached_bytes = r.g.tree_bytes;
     s.deferred = r.g.deferred;
     s.deferred_bytes = r.g.deferred_bytes;
+    s.uffd_events = v[MRC_STAT_UFFD_EVENTS];
+    s.uffd_caught = v[MRC_STAT_UFFD_CAUGHT];
+    s.uffd_unwatched = v[MRC_STAT_UFFD_UNWATCHED];
+    s.verify_checks = v[MRC_STAT_VERIFY_CHECKS];
+    s.verify_stale = v[MRC_STAT_VERIFY_STALE];
     /* An older caller gets the prefix it knows; a newer one zeroes past ours. */
     memcpy(out, &s, s.size);
     if (size > s.size)

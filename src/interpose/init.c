@@ -24,6 +24,7 @@
 #include "interpose/real.h"
 #include "interpose/state.h"
 #include "monitor/glibc_heap.h"
+#include "monitor/monitor.h"
 #include "monitor/patch.h"
 #include "util/callsite.h"
 #include "util/dumpsig.h"
@@ -178,8 +179,15 @@ void mrc_init(void)
     mrc_g.watch_malloc = mrc_g.watch_unmaps && mrc_g.cfg.malloc_hooks && mrc_glibc_heap_init();
     if (mrc_g.cfg.monitor & MRC_MONITOR_PATCH)
         mrc_patch_install();
-    if (mrc_g.cfg.monitor)
-        mrc_patch_selftest(mrc_g.watch_unmaps);
+    unsigned seen = mrc_g.cfg.monitor ? mrc_patch_selftest(mrc_g.watch_unmaps) : 0;
+    /* Every system call glibc's allocator unmaps with, seen from inside libc before it
+     * happens: predicting the allocator's releases would only repeat that, on every free. */
+    const unsigned malloc_paths = 1u << MRC_FN_MUNMAP | 1u << MRC_FN_MMAP | 1u << MRC_FN_MREMAP |
+                                  1u << MRC_FN_MADVISE | 1u << MRC_FN_BRK | 1u << MRC_FN_COUNT;
+    if (mrc_g.watch_malloc && (seen & malloc_paths) == malloc_paths) {
+        mrc_g.watch_malloc = 0;
+        MRC_INFO("allocator hooks idle: the patched entry points see glibc malloc's own unmaps");
+    }
     if (!mrc_g.cfg.monitor)
         MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
     mrc_callsite_init(mrc_g.cfg.callsites, mrc_g.cfg.callsite_sample);

@@ -14,7 +14,8 @@ unsigned mrc_patch_install(void);
  * libc's own entry points (as glibc's internal calls reach them) and checks that the
  * patched hooks saw it. Logs coverage at info level, warns once if incomplete.
  * preload: whether the preload hooks are on (they cover calls through the PLT).
- * Returns the mask of mrc_fn bits whose arrival was confirmed. */
+ * Returns the mask of mrc_fn bits whose arrival was confirmed, plus bit MRC_FN_COUNT if
+ * glibc's free was seen unmapping from inside libc. */
 unsigned mrc_patch_selftest(int preload);
 
 /* Repeats, once and as a warning, what install and the self-test found lacking (they

@@ -130,19 +130,22 @@ static int parse_format(const char *s, void *f)
     return 0;
 }
 
-/* A comma-separated list of sources: auto (= patch,preload), preload, patch; or none
- * alone. An unknown word, or none with another, makes the whole value invalid. */
+/* A comma-separated list of sources: auto (= patch,preload, and uffd where patching
+ * falls short), preload, patch, uffd; or none alone. An unknown word, or none with
+ * another, makes the whole value invalid. */
 static int parse_monitor(const char *s, void *f)
 {
     int bits = 0, none = 0, words = 0;
     while (*s) {
         size_t n = strcspn(s, ",");
         if ((n == 4 && !strncasecmp(s, "auto", 4)))
-            bits |= MRC_MONITOR_PATCH | MRC_MONITOR_PRELOAD;
+            bits |= MRC_MONITOR_PATCH | MRC_MONITOR_PRELOAD | MRC_MONITOR_AUTO;
         else if (n == 7 && !strncasecmp(s, "preload", 7))
             bits |= MRC_MONITOR_PRELOAD;
         else if (n == 5 && !strncasecmp(s, "patch", 5))
             bits |= MRC_MONITOR_PATCH;
+        else if (n == 4 && !strncasecmp(s, "uffd", 4))
+            bits |= MRC_MONITOR_UFFD;
         else if (n == 4 && !strncasecmp(s, "none", 4))
             none = 1;
         else
@@ -183,7 +186,7 @@ static const struct mrc_config_row rows[] = {
     ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off, stderr, or a file path where %p is the pid, %h the host, %r the rank (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID), %% a literal %",
         parse_stats, stats),
     ROW("MRCACHE_STATS_FORMAT", "text", "text or json", parse_format, stats_format),
-    ROW("MRCACHE_MONITOR", "auto", "how unmaps are seen, a comma-separated list: auto (= patch,preload), patch (libc's munmap-family entry points patched, so glibc's own calls are seen), preload (munmap-family and allocator hooks), none (UNSAFE: no invalidation; for demonstrations only)",
+    ROW("MRCACHE_MONITOR", "auto", "how unmaps are seen, a comma-separated list: auto (= patch,preload, plus uffd if patching falls short), patch (libc's munmap-family entry points patched, so glibc's own calls are seen), preload (munmap-family and allocator hooks), uffd (userfaultfd events over registered ranges: also raw system calls), none (UNSAFE: no invalidation; for demonstrations only)",
         parse_monitor, monitor),
     ROW("MRCACHE_MALLOC_HOOKS", "1", "0 stops watching glibc malloc's own unmaps (free of mmapped chunks, heap trimming)",
         parse_bool, malloc_hooks),
@@ -193,6 +196,8 @@ static const struct mrc_config_row rows[] = {
         parse_positive, callsite_sample),
     ROW("MRCACHE_DUMP_SIGNAL", "none", "a signal (USR1, USR2, HUP, RTMIN+n, ...) that asks for a statistics dump, written at the next registration or deregistration call",
         parse_signal, dump_signal),
+    ROW("MRCACHE_VERIFY", "0", "check hits against /proc/self/pagemap: 0 off, 1 every hit, N one hit in N; a stale registration is logged, counted and replaced (needs CAP_SYS_ADMIN to read frame numbers; without it verification is off, said once)",
+        parse_u64, verify),
     ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
 };
 

@@ -23,10 +23,13 @@ struct mrc_config {
     uint64_t callsites;         /* top N call stacks attributed; 0 = off */
     uint64_t callsite_sample;   /* hits captured 1 in about K */
     int dump_signal;            /* signal that asks for a dump; 0 = none */
+    uint64_t verify;            /* check 1 hit in N against /proc/self/pagemap; 0 = off */
 };
 
 #define MRC_MONITOR_PRELOAD 1   /* the munmap-family and allocator hooks */
 #define MRC_MONITOR_PATCH 2     /* libc's entry points patched (monitor/patch.c) */
+#define MRC_MONITOR_UFFD 4      /* userfaultfd events over registered ranges (monitor/uffd.c) */
+#define MRC_MONITOR_AUTO 8      /* 'auto' was asked for: uffd joins if patching falls short */
 
 /* Fills cfg from the environment (getenv only: no allocation). */
 void mrc_config_load(struct mrc_config *cfg);

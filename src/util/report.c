@@ -98,6 +98,13 @@ static void write_text(struct buf *b, const struct mrc_report *r)
         put(b, " %s %llu", mrc_inval_cause_names[i], (unsigned long long)v[MRC_STAT_INVAL_BASE + i]);
     put(b, "\n  deferred deregistrations %llu, raced misses %llu\n", (unsigned long long)v[MRC_STAT_DEFERRED],
         (unsigned long long)v[MRC_STAT_RACED]);
+    if (v[MRC_STAT_UFFD_EVENTS] || v[MRC_STAT_UFFD_UNWATCHED] || v[MRC_STAT_UFFD_FAULTS])
+        put(b, "  userfaultfd: %llu events, %llu entries caught that other sources missed, %llu faults answered, %llu registrations unwatched\n",
+            (unsigned long long)v[MRC_STAT_UFFD_EVENTS], (unsigned long long)v[MRC_STAT_UFFD_CAUGHT],
+            (unsigned long long)v[MRC_STAT_UFFD_FAULTS], (unsigned long long)v[MRC_STAT_UFFD_UNWATCHED]);
+    if (v[MRC_STAT_VERIFY_CHECKS])
+        put(b, "  verify: %llu hits checked against pagemap, %llu STALE\n", (unsigned long long)v[MRC_STAT_VERIFY_CHECKS],
+            (unsigned long long)v[MRC_STAT_VERIFY_STALE]);
     put(b, "  pinned now %llu B in %llu registrations (peak %llu B, %llu registrations)\n",
         (unsigned long long)r->g.bytes, (unsigned long long)r->g.entries, (unsigned long long)r->g.bytes_peak,
         (unsigned long long)r->g.entries_peak);

@@ -41,6 +41,12 @@ enum mrc_stat {
     MRC_STAT_HANDLES_RELEASED, /* made minus released, summed over threads) */
     MRC_STAT_HANDLE_BYTES_MADE,
     MRC_STAT_HANDLE_BYTES_RELEASED,
+    MRC_STAT_UFFD_EVENTS,     /* unmap/remove/remap events read from the userfaultfd */
+    MRC_STAT_UFFD_CAUGHT,     /* entries only the userfaultfd saw go (the other sources missed them) */
+    MRC_STAT_UFFD_FAULTS,     /* page faults answered in watched ranges */
+    MRC_STAT_UFFD_UNWATCHED,  /* registrations the userfaultfd could not watch (file-backed, busy, limits) */
+    MRC_STAT_VERIFY_CHECKS,   /* hits checked against /proc/self/pagemap (MRCACHE_VERIFY) */
+    MRC_STAT_VERIFY_STALE,    /* ... whose pinned pages were no longer the mapped ones */
     MRC_STAT_INVALIDATED,     /* entries invalidated, all causes */
     MRC_STAT_INVAL_BASE,
     MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_INVAL_LAST

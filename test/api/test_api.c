@@ -214,14 +214,15 @@ static void test_bad_arguments(void)
 /* A caller compiled with an older (shorter) or newer (longer) struct gets its prefix. */
 static void test_stats_versioned_by_size(void)
 {
-    unsigned char buf[MRCACHE_STATS_SIZE_V1 + 64];
+    unsigned char buf[MRCACHE_STATS_SIZE_V2 + 64];
+    CHECK(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V2);
     memset(buf, 0xa5, sizeof(buf));
     CHECK(mrcache_stats_read(sizeof(buf), (struct mrcache_stats *)(void *)buf) == 0);
     struct mrcache_stats s;
     memcpy(&s, buf, sizeof(s));
-    CHECK(s.size == MRCACHE_STATS_SIZE_V1);
+    CHECK(s.size == MRCACHE_STATS_SIZE_V2);
     int zero = 1;
-    for (size_t i = MRCACHE_STATS_SIZE_V1; i < sizeof(buf); i++)
+    for (size_t i = MRCACHE_STATS_SIZE_V2; i < sizeof(buf); i++)
         zero &= buf[i] == 0;
     CHECKF(zero, "the bytes past the library's struct must be zeroed");
     memset(buf, 0xa5, sizeof(buf));
