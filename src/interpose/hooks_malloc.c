@@ -12,12 +12,14 @@
 
 MRC_EXPORT void free(void *p)
 {
-    /* Every free of the process comes here: while nothing was ever registered it costs a
-     * load, a branch and a tail call. glibc's dynamic trim threshold is mirrored only
-     * from then on; until a free shows it, the heap monitor assumes the initial (lowest)
-     * one, which can only make it invalidate more, never less. */
+    /* Every free of the process comes here: while nothing was ever registered, or while
+     * the patched entry points see the allocator's unmaps themselves (watch_malloc off),
+     * it costs two loads, a branch and a tail call. glibc's dynamic trim threshold is
+     * mirrored only from then on; until a free shows it, the heap monitor assumes the
+     * initial (lowest) one, which can only make it invalidate more, never less. */
     void (*real)(void *) = __atomic_load_n(&mrc_real.free, __ATOMIC_RELAXED);
-    if (__builtin_expect(real && !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED), 1)) {
+    if (__builtin_expect(real && (!__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED) ||
+                                  !__atomic_load_n(&mrc_g.watch_malloc, __ATOMIC_RELAXED)), 1)) {
         real(p);
         return;
     }
