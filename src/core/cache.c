@@ -219,7 +219,10 @@ static void dereg_list(struct mrc_cache *c, struct mrc_entry *list)
 static void tree_remove_locked(struct mrc_cache *c, struct mrc_entry *e)
 {
     mrc_itree_remove(&c->tree, &e->node);
-    __atomic_and_fetch(&e->flags, ~MRC_E_IN_TREE, __ATOMIC_SEQ_CST);
+    /* A plain (relaxed) store: only lock holders write a tree entry's flags, and the
+     * caller's later release of the tree's reference (a seq_cst RMW) orders it before
+     * any hint reader's increment that follows, which then sees the flag clear. */
+    ST(&e->flags, LD(&e->flags) & ~MRC_E_IN_TREE);
     lru_unlink(e);
     __atomic_store_n(&c->tree_count, c->tree_count - 1, __ATOMIC_RELAXED);
     c->tree_bytes -= mrc_entry_len(e);

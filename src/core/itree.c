@@ -118,6 +118,7 @@ void mrc_itree_init(struct mrc_itree *t)
 {
     t->root = NULL;
     t->count = 0;
+    t->npath = 0;
 }
 
 /* Restores the red-black rules after n was linked as a red leaf (CLRS RB-INSERT-FIXUP). */
@@ -174,16 +175,22 @@ void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n)
 {
     node_t *p = NULL;
     node_t **link = &t->root;
+    unsigned depth = 0;
 
+    for (unsigned i = 0; i < t->npath; i++)
+        __builtin_prefetch(t->path[i], 1);
     /* Every node on the descent path gains n in its subtree, so raise its
      * subtree_last now; the fixup rotations keep the values exact. */
     while (*link) {
         p = *link;
+        if (depth < MRC_ITREE_PATH)
+            t->path[depth++] = p;
         if (p->subtree_last < n->last)
             p->subtree_last = n->last;
         /* Ties go right, so equal starts stay in insertion order. */
         link = n->start < p->start ? &p->left : &p->right;
     }
+    t->npath = depth;
     n->subtree_last = n->last;
     n->left = n->right = NULL;
     n->parent_color = (uintptr_t)p;   /* red */

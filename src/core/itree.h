@@ -22,16 +22,25 @@ struct mrc_itree_node {
 _Static_assert(sizeof(struct mrc_itree_node) == 48, "itree node grew: it is per cache entry");
 #endif
 
+#define MRC_ITREE_PATH 48       /* the depth of a red-black tree of 2^24 nodes */
+
 struct mrc_itree {
     struct mrc_itree_node *root;
     size_t count;               /* nodes in the tree */
+    /* Private: the last insertion's descent, prefetched by the next one. The nodes may
+     * since have left the tree: a prefetch never faults, and pool memory stays mapped. */
+    unsigned npath;
+    struct mrc_itree_node *path[MRC_ITREE_PATH];
 };
 
 /* Makes t empty. A zero-filled struct mrc_itree is also a valid empty tree. */
 void mrc_itree_init(struct mrc_itree *t);
 
 /* Links n (start <= last, set by the caller) into t. O(log n). Equal ranges may coexist;
- * n is placed after every node with the same start. n must not already be in a tree. */
+ * n is placed after every node with the same start. n must not already be in a tree.
+ * Prefetches the previous insertion's path first: consecutive insertions share its upper
+ * levels, and after a system call (a registration) the descent's pages would otherwise
+ * miss the TLB one after another instead of together. */
 void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n);
 
 /* Unlinks n, which must be in t. O(log n). n's private fields are then garbage; the
