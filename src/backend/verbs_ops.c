@@ -1,16 +1,21 @@
 /* verbs_ops.c - registers and deregisters through the real libibverbs entry points, and
- * says which access flags grant remote rights. Invariant: calls only real functions,
- * never our own hooks (no double counting, no recursion into the cache). */
+ * says which access flags grant remote rights. Invariants: calls only real functions,
+ * never our own hooks (no double counting, no recursion into the cache); a range is
+ * watched by the userfaultfd source before the NIC pins it. */
 #include <errno.h>
 #include <infiniband/verbs.h>
 
 #include "backend/verbs_ops.h"
 #include "interpose/real.h"
+#include "monitor/uffd.h"
 
 static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                      uint32_t access, void **reg)
 {
     (void)ctx;
+    /* Before the pinning: an unmap during the NIC call is then reported, and the cache's
+     * race check (mrc_cache_unmap_begin's ring) keeps the registration out of the tree. */
+    mrc_uffd_watch(addr, len);
     errno = 0;
     struct ibv_mr *mr = mrc_real.reg_mr_iova2(domain, (void *)(uintptr_t)addr, len, iova, access);
     if (!mr)

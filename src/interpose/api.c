@@ -16,6 +16,7 @@
 #include "interpose/export.h"
 #include "interpose/state.h"
 #include "monitor/patch.h"
+#include "monitor/uffd.h"
 #include "util/report.h"
 
 _Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V2 &&
@@ -42,7 +43,8 @@ static unsigned monitor_mask(void)
 {
     return (mrc_g.watch_unmaps ? MRCACHE_MONITOR_PRELOAD : 0u) |
            (mrc_g.watch_malloc ? MRCACHE_MONITOR_MALLOC : 0u) |
-           (*mrc_patch_summary() ? MRCACHE_MONITOR_PATCH : 0u);
+           (*mrc_patch_summary() ? MRCACHE_MONITOR_PATCH : 0u) |
+           (mrc_uffd_on() ? MRCACHE_MONITOR_UFFD : 0u);
 }
 
 /* The public index of an internal cause: the internal enum may grow and reorder, the

@@ -26,6 +26,7 @@
 #include "monitor/glibc_heap.h"
 #include "monitor/monitor.h"
 #include "monitor/patch.h"
+#include "monitor/uffd.h"
 #include "util/callsite.h"
 #include "util/dumpsig.h"
 #include "util/leaks.h"
@@ -41,15 +42,17 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* The active sources, e.g. "patch+preload+malloc", "patch(5/8)+preload+malloc". */
+/* The active sources, e.g. "patch+preload+malloc", "patch(5/8)+preload+malloc+uffd". */
 const char *mrc_monitor_name(void)
 {
     static char name[48];
     const char *patch = mrc_patch_summary();
-    if (!mrc_g.watch_unmaps && !*patch)
+    int uffd = mrc_uffd_on();
+    if (!mrc_g.watch_unmaps && !*patch && !uffd)
         return "none (unsafe)";
-    snprintf(name, sizeof(name), "%s%s%s", patch, *patch && mrc_g.watch_unmaps ? "+" : "",
-             !mrc_g.watch_unmaps ? "" : mrc_g.watch_malloc ? "preload+malloc" : "preload");
+    snprintf(name, sizeof(name), "%s%s%s%s%s", patch, *patch && mrc_g.watch_unmaps ? "+" : "",
+             !mrc_g.watch_unmaps ? "" : mrc_g.watch_malloc ? "preload+malloc" : "preload",
+             uffd && (*patch || mrc_g.watch_unmaps) ? "+" : "", uffd ? "uffd" : "");
     return name;
 }
 
@@ -99,6 +102,7 @@ void mrc_on_first_registration(void)
 {
     static int done;
     mrc_drainer_start();   /* cheap once started; a forked child starts its own */
+    mrc_uffd_start();      /* the same; before any range is registered, so all are watched */
     if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
         return;
     if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
@@ -107,6 +111,7 @@ void mrc_on_first_registration(void)
      * of libraries loaded since (libibverbs, its providers). */
     atexit(on_exit_handler);
     mrc_patch_warn_pending();
+    MRC_INFO("unmap sources: %s", mrc_monitor_name());
 }
 
 void mrc_before_fork(void)
@@ -122,17 +127,19 @@ void mrc_before_fork(void)
     mrc_cache_flush(&mrc_g.cache, NULL, NULL);
 }
 
+/* Not the cache lock: the child re-creates the cache from its parameters alone, and glibc
+ * takes its arena locks after these handlers, while a thread trimming a heap holds its
+ * arena's lock and waits in an unmap hook for the cache lock (as does the userfaultfd
+ * handler, which an unmapping thread that holds an arena lock may be waiting for). */
 static void fork_prepare(void)
 {
     mrc_callsite_fork_lock();   /* a leaf lock: its order against the others is free */
-    pthread_mutex_lock(&mrc_g.cache.lock);
     pthread_mutex_lock(&mrc_g.handles.lock);
 }
 
 static void fork_parent(void)
 {
     pthread_mutex_unlock(&mrc_g.handles.lock);
-    pthread_mutex_unlock(&mrc_g.cache.lock);
     mrc_callsite_fork_unlock();
 }
 
@@ -142,6 +149,7 @@ static void fork_child(void)
      * deregister the parent's. Forget them; handles made before fork are ignored. */
     mrc_pool_reset_lock(&mrc_g.handles);
     mrc_drainer_forget();
+    mrc_uffd_child_reset();
     mrc_g.fork_gen++;
     mrc_cache_forget(&mrc_g.cache);
     mrc_stats_child_reset();
@@ -188,6 +196,13 @@ void mrc_init(void)
         mrc_g.watch_malloc = 0;
         MRC_INFO("allocator hooks idle: the patched entry points see glibc malloc's own unmaps");
     }
+    /* auto: the userfaultfd joins when the self-test could not confirm every system call
+     * that unmaps anonymous memory arriving at a patched entry point (a sanitizer, an
+     * unknown glibc, another library's patch). It starts at the first registration. */
+    const unsigned core = 1u << MRC_FN_MUNMAP | 1u << MRC_FN_MMAP | 1u << MRC_FN_MREMAP | 1u << MRC_FN_MADVISE;
+    if ((mrc_g.cfg.monitor & MRC_MONITOR_UFFD) ||
+        ((mrc_g.cfg.monitor & MRC_MONITOR_AUTO) && (seen & core) != core))
+        mrc_uffd_configure((mrc_g.cfg.monitor & MRC_MONITOR_UFFD) != 0);
     if (!mrc_g.cfg.monitor)
         MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
     mrc_callsite_init(mrc_g.cfg.callsites, mrc_g.cfg.callsite_sample);

@@ -4,7 +4,8 @@
  * here allocates or deregisters; errno is the real call's. MADV_FREE is not an unmap:
  * the kernel never discards pinned pages on MADV_FREE, so a registration stays valid.
  * A call is watched when the preload source is on or its libc entry point is patched
- * (then both paths arrive here once: mrc_real's pointer is the direct syscall). */
+ * (then both paths arrive here once: mrc_real's pointer is the direct syscall). A new
+ * mapping first waits for the userfaultfd handler to finish what it has read. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #include "interpose/real.h"
 #include "interpose/state.h"
 #include "monitor/monitor.h"
+#include "monitor/uffd.h"
 
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
@@ -95,6 +97,10 @@ int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len)
 
 void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
+    /* A thread whose raw munmap of a watched range has returned may be mapping the same
+     * address again to register it: the handler's invalidation of the old entry must be
+     * done first. One load while the handler is idle or the source off. */
+    mrc_uffd_quiesce();
     /* MAP_FIXED replaces whatever was mapped there; MAP_FIXED_NOREPLACE fails instead. */
     if (!(flags & MAP_FIXED) || !watching(MRC_FN_MMAP))
         return mrc_real.mmap(addr, len, prot, flags, fd, off);

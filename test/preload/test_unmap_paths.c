@@ -3,7 +3,9 @@
  * the new MR into its pinned pages, and check that the current mapping sees the data.
  * A stale MR writes into the old pages and the data is invisible. With EXPECT_STALE=1
  * (run under MRCACHE_MONITOR=none) every check is inverted: proof that each test can
- * fail and that the stale effect is real. Plus: frees that keep their pages mapped must
+ * fail and that the stale effect is real. Raw system calls (syscall(2), an inline syscall
+ * instruction, an allocator making its own) are seen only by the userfaultfd source:
+ * without it they must come out stale. Plus: frees that keep their pages mapped must
  * keep their cache hits. */
 #include <dlfcn.h>
 #include <errno.h>
@@ -106,11 +108,36 @@ static void ch_madv_remove(void *p, size_t len)
     CHECK(madvise(p, len, MADV_REMOVE) == 0);
 }
 
+/* The kernel directly, as allocators that make their own system calls do: no hook and
+ * no patched entry point sees these; only the userfaultfd source does. */
+static long inline_syscall6(long n, long a, long b, long c, long d, long e, long f)
+{
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "0"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return r;
+}
+
+static void *inline_mmap(void *hint, size_t len, int flags)
+{
+    long r = inline_syscall6(SYS_mmap, (long)hint, (long)len, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+    return r < 0 && r > -4096 ? NULL : (void *)r;
+}
+
 static void ch_raw_syscall_munmap(void *p, size_t len)
 {
-    /* Unseen by any preload hook: only here to show what the README documents. */
     CHECK(syscall(SYS_munmap, p, len) == 0);
     CHECK(map_anon(p, len, MAP_FIXED_NOREPLACE) == p);
+}
+
+static void ch_inline_syscall_munmap(void *p, size_t len)
+{
+    CHECK(inline_syscall6(SYS_munmap, (long)p, (long)len, 0, 0, 0, 0) == 0);
+    CHECK(inline_mmap(p, len, MAP_FIXED_NOREPLACE) == p);
 }
 
 #define LEN (1u << 20)
@@ -341,15 +368,63 @@ static void test_free_keeping_pages_keeps_hits(void)
     free(guard);
 }
 
-static void test_raw_syscall_is_unseen(void)
+/* Whether libmrcache runs its userfaultfd source, the only one that sees raw system
+ * calls: without it these tests expect the stale MR (a negative control, run by
+ * default; test/uffd/uffd.mk runs them with it). */
+static int uffd_on(void)
 {
-    /* The documented limit (a later monitor covers it): prove the test sees it. */
-    void *p = map_anon(NULL, LEN, 0);
+    int m = mrcache_monitors();
+    return m > 0 && (m & MRCACHE_MONITOR_UFFD);
+}
+
+static void raw_check(void *p, size_t len, change_fn change)
+{
     int saved = expect_stale;
-    expect_stale = 1;
-    stale_check(p, LEN, ch_raw_syscall_munmap);
+    expect_stale = expect_stale || !uffd_on();
+    stale_check(p, len, change);
     expect_stale = saved;
+}
+
+static void test_raw_syscall_munmap(void)
+{
+    void *p = map_anon(NULL, LEN, 0);
+    raw_check(p, LEN, ch_raw_syscall_munmap);
     munmap(p, LEN);
+}
+
+static void test_inline_syscall_munmap(void)
+{
+    void *p = map_anon(NULL, LEN, 0);
+    raw_check(p, LEN, ch_inline_syscall_munmap);
+    munmap(p, LEN);
+}
+
+/* An allocator that maps and unmaps with its own system calls (as gperftools does):
+ * alloc, register, free, alloc again at the same address, register again. */
+static void test_raw_syscall_allocator(void)
+{
+    char *p = inline_mmap(NULL, LEN, 0);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    CHECK(a && write_visible(a, p, LEN, 0x44));
+    CHECK(a && ibv_dereg_mr(a) == 0);
+    CHECK(inline_syscall6(SYS_munmap, (long)p, LEN, 0, 0, 0, 0) == 0);
+    char *q = inline_mmap(p, LEN, MAP_FIXED_NOREPLACE);
+    CHECK(q == p);
+    struct ibv_mr *b = q ? ibv_reg_mr(pd, q, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE)) : NULL;
+    CHECK(b != NULL);
+    if (b) {
+        int visible = write_visible(b, q, LEN, 0x55);
+        if (expect_stale || !uffd_on())
+            CHECKF(!visible, "expected the stale MR's write to be invisible");
+        else
+            CHECKF(visible, "the write through the new MR is not in the current mapping: stale MR");
+        CHECK(ibv_dereg_mr(b) == 0);
+    }
+    if (q)
+        inline_syscall6(SYS_munmap, (long)q, LEN, 0, 0, 0, 0);
 }
 
 /* Runs a test in a child process: it moves the heap's end or changes malloc's
@@ -385,9 +460,12 @@ int main(void)
     RUN(test_shmat_remap);
     RUN(test_shmdt_shmat);
     RUN_CHILD(test_brk_shrink);
-    if (!expect_stale)
+    /* The userfaultfd reports MADV_FREE as it does MADV_DONTNEED: the source invalidates. */
+    if (!expect_stale && !uffd_on())
         RUN(test_madvise_free_keeps_hit);
-    RUN(test_raw_syscall_is_unseen);
+    RUN(test_raw_syscall_munmap);
+    RUN(test_inline_syscall_munmap);
+    RUN(test_raw_syscall_allocator);
     /* The rest read glibc's chunk headers: meaningless under a sanitizer's allocator. */
     if (dlsym(RTLD_DEFAULT, "__asan_init")) {
         check_skip("test_glibc_allocator_paths", "the allocator is the sanitizer's, not glibc's");
