@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that libmrcache's build and tests need.
 # Idempotent and quiet when everything is present; when not root it prints the
-# apt-get line to run and exits non-zero. Extra package groups: --vm (Soft-RoCE VM
-# harness), --bench (UCX for the benchmark comparison).
+# apt-get line to run and exits non-zero. The default set includes UCX's runtime
+# (libucx0): test/ucs loads libucs, which patches libc as it loads. Extra package groups:
+# --vm (Soft-RoCE VM harness), --bench (UCX's headers for the benchmark comparison).
 set -euo pipefail
 
-pkgs=(build-essential pkg-config libibverbs-dev ibverbs-utils uthash-dev libunwind-dev liburing-dev)
+pkgs=(build-essential pkg-config libibverbs-dev ibverbs-utils uthash-dev libunwind-dev liburing-dev libucx0)
 for arg in "$@"; do
     case "$arg" in
         --vm) pkgs+=(qemu-system-x86 busybox-static cpio gzip kmod ibverbs-providers perftest iproute2 libucx0 ucx-utils xz-utils zstd) ;;

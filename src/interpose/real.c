@@ -29,6 +29,7 @@ void mrc_real_resolve_libc(void)
     NEXT(shmdt, "shmdt");
     NEXT(brk, "brk");
     NEXT(sbrk, "sbrk");
+    NEXT(mprotect, "mprotect");
     NEXT(free, "free");
     NEXT(realloc, "realloc");
     NEXT(reallocarray, "reallocarray");

@@ -24,6 +24,7 @@ struct mrc_real_fns {
     int (*shmdt)(const void *);
     int (*brk)(void *);
     void *(*sbrk)(intptr_t);
+    int (*mprotect)(void *, size_t, int);
     /* libc: allocator (the next one in the chain, glibc's or a preloaded one's) */
     void (*free)(void *);
     void *(*realloc)(void *, size_t);

@@ -2,10 +2,14 @@
  * shmdt, brk (sbrk calls brk directly) and ld.so's private munmap into
  * "movabs $hook, %r11; jmp *%r11". The hooks run monitor.c's logic, whose mrc_real
  * pointers then make the system call inline: the original code never runs again.
- * Invariants: a function is patched only if its first bytes are the syscall-wrapper
- * shape this file knows (anything else, e.g. another library's jump, is refused and
- * left alone); a thread entering during the write sees either the old entry, a
- * two-byte spin loop, or the whole jump; hooks never allocate and keep errno. */
+ * Another library patching one of them later (UCX's bistro hooks when libucm loads)
+ * is noticed when it makes the page executable again, and chained: its jump moves into
+ * a trampoline that our "original" path calls, so both hooks see every call.
+ * Invariants: a function is patched at start-up only if its first bytes are the
+ * syscall-wrapper shape this file knows (anything else, e.g. another library's jump, is
+ * refused and left alone); a thread entering during a write sees either the old entry,
+ * a two-byte spin loop, or the whole jump (a re-patch: the old or the new jump, one
+ * 8-byte store); hooks never allocate and keep errno. */
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -22,6 +26,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/cache.h"
 #include "interpose/real.h"
 #include "interpose/state.h"
 #include "monitor/monitor.h"
@@ -269,6 +274,25 @@ void mrc_patch_warn_pending(void)
 static unsigned patched_mask;
 static int patched_count, patch_tried;
 
+/* sbrk is not patched at start-up (glibc's sbrk calls brk, which is), but once another
+ * library patches it, glibc's heap trimming (__sbrk with a negative increment) reaches
+ * that library's hook instead of brk: it is chained like the others. */
+#define FN_SBRK MRC_FN_COUNT
+#define NFN (MRC_FN_COUNT + 1)
+
+static uint8_t *entry_of[NFN];     /* watched entry points; NULL once given up */
+static uint64_t head_of[NFN];      /* their first 8 bytes as we last left them */
+static void *orig_of[NFN];         /* what our "original" path calls once chained */
+
+static void watch_entry(int fn, uint8_t *entry)
+{
+    /* The head is replaced by one aligned 8-byte store; glibc aligns entries to 16. */
+    if (!entry || ((uintptr_t)entry & 7))
+        return;
+    head_of[fn] = __atomic_load_n((uint64_t *)entry, __ATOMIC_RELAXED);
+    __atomic_store_n(&entry_of[fn], entry, __ATOMIC_RELEASE);
+}
+
 /* What watches a function left unpatched. */
 static const char *fallback(void)
 {
@@ -371,6 +395,7 @@ static int patch_one(enum mrc_fn fn, uint8_t *entry)
     }
     patched_mask |= 1u << fn;
     patched_count++;
+    watch_entry(fn, entry);
     return 0;
 }
 
@@ -440,6 +465,8 @@ unsigned mrc_patch_install(void)
         uint8_t *entry = fn == MRC_FN_LDSO_MUNMAP ? find_ldso_munmap() : dlsym(libc, targets[fn].name);
         patch_one((enum mrc_fn)fn, entry);
     }
+    if (patched_mask & (1u << MRC_FN_BRK))
+        watch_entry(FN_SBRK, dlsym(libc, "sbrk"));
     /* The handle is kept: libc is never unloaded. */
     MRC_DEBUG("patch: %d of %d entry points patched", patched_count, MRC_FN_COUNT);
     return patched_mask;
@@ -461,6 +488,350 @@ const char *mrc_patch_summary(void)
     buf[9] = ')';
     buf[10] = 0;
     return buf;
+}
+
+/* ---- another library patching an entry point after us: chain it, or give it up ----
+ * UCX 1.13 (libucm's constructor, UCX_MEM_MMAP_HOOK_MODE=bistro) writes a 5-byte
+ * "jmp rel32" to its hook over the first bytes of our jump at munmap, mmap, mremap,
+ * madvise, shmat, shmdt, brk and sbrk; its hooks then make the system call themselves,
+ * so glibc's own unmaps would bypass us. Such a patcher makes the page executable again
+ * with mprotect, which hooks_mprotect.c reports here. If the new first instruction is an
+ * absolute jump (or a rel32 one, whose target we can make absolute), the entry gets our
+ * jump back and the foreign jump moves into a trampoline that mrc_real's pointer calls:
+ * entry -> our hook (invalidate) -> their hook -> kernel. Anything else is given up:
+ * said once, with what is lost, and the allocator hooks resume. */
+
+/* Our original path once chained: the other library's hook, unless this thread is in it
+ * already. A patcher that chains as we do keeps a copy of the bytes it replaced (our old
+ * jump) and calls it: that call comes back here, and then goes to the kernel. A signal
+ * handler's call made while its thread is in the other hook goes to the kernel too. */
+static __thread unsigned in_orig;
+
+#define VIA_ORIG(fn, ftype, raw_call, ...)                                                   \
+    do {                                                                                     \
+        if (in_orig & (1u << (fn)))                                                          \
+            return raw_call;                                                                 \
+        in_orig |= 1u << (fn);                                                               \
+        __typeof__(raw_call) r_ = ((ftype)__atomic_load_n(&orig_of[fn], __ATOMIC_ACQUIRE))(__VA_ARGS__); \
+        in_orig &= ~(1u << (fn));                                                            \
+        return r_;                                                                           \
+    } while (0)
+
+static void *raw_sbrk(intptr_t incr)
+{
+    if (!__curbrk)
+        raw_brk(NULL);          /* learns the break, as glibc's sbrk does */
+    char *cur = __curbrk;
+    return incr == 0 || raw_brk(cur + incr) == 0 ? cur : (void *)-1;
+}
+
+static int o_munmap(void *a, size_t len)
+{
+    VIA_ORIG(MRC_FN_MUNMAP, int (*)(void *, size_t), raw_munmap(a, len), a, len);
+}
+
+static void *o_mmap(void *a, size_t len, int prot, int flags, int fd, off_t off)
+{
+    VIA_ORIG(MRC_FN_MMAP, void *(*)(void *, size_t, int, int, int, off_t), raw_mmap(a, len, prot, flags, fd, off),
+             a, len, prot, flags, fd, off);
+}
+
+static void *o_mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
+{
+    void *new_addr = NULL;
+    if (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {
+        va_list ap;
+        va_start(ap, flags);
+        new_addr = va_arg(ap, void *);
+        va_end(ap);
+    }
+    VIA_ORIG(MRC_FN_MREMAP, void *(*)(void *, size_t, size_t, int, ...),
+             raw_mremap(old, old_size, new_size, flags, new_addr), old, old_size, new_size, flags, new_addr);
+}
+
+static int o_madvise(void *a, size_t len, int advice)
+{
+    VIA_ORIG(MRC_FN_MADVISE, int (*)(void *, size_t, int), raw_madvise(a, len, advice), a, len, advice);
+}
+
+static void *o_shmat(int id, const void *a, int flags)
+{
+    VIA_ORIG(MRC_FN_SHMAT, void *(*)(int, const void *, int), raw_shmat(id, a, flags), id, a, flags);
+}
+
+static int o_shmdt(const void *a)
+{
+    VIA_ORIG(MRC_FN_SHMDT, int (*)(const void *), raw_shmdt(a), a);
+}
+
+static int o_brk(void *a)
+{
+    VIA_ORIG(MRC_FN_BRK, int (*)(void *), raw_brk(a), a);
+}
+
+static void *o_sbrk(intptr_t incr)
+{
+    VIA_ORIG(FN_SBRK, void *(*)(intptr_t), raw_sbrk(incr), incr);
+}
+
+/* libc's sbrk, chained: a shrinking call is glibc trimming its heap. monitor.c's sbrk
+ * logic leaves that to brk's patch, which this call no longer reaches, hence the range
+ * handled here; the preload sbrk hook still lands here through mrc_real.sbrk (libc's). */
+static void *p_sbrk(intptr_t incr)
+{
+    char *cur = __curbrk;
+    if (incr >= 0 || !cur || !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED))
+        return o_sbrk(incr);
+    uint64_t m = mrc_g.cache.p.page_size - 1;
+    uint64_t lo = ((uintptr_t)cur + (uint64_t)incr) & ~m, len = (((uintptr_t)cur + m) & ~m) - lo;
+    uint64_t ticket = mrc_cache_unmap_begin(&mrc_g.cache, lo, len, MRC_INVAL_BRK);
+    void *r = o_sbrk(incr);
+    int saved = errno;
+    mrc_cache_unmap_done(&mrc_g.cache, ticket, lo, len, MRC_INVAL_BRK);
+    errno = saved;
+    return r;
+}
+
+static void *const hook_of[NFN] = {
+    [MRC_FN_MUNMAP] = (void *)p_munmap, [MRC_FN_MMAP] = (void *)p_mmap, [MRC_FN_MREMAP] = (void *)p_mremap,
+    [MRC_FN_MADVISE] = (void *)p_madvise, [MRC_FN_SHMAT] = (void *)p_shmat, [MRC_FN_SHMDT] = (void *)p_shmdt,
+    [MRC_FN_BRK] = (void *)p_brk, [FN_SBRK] = (void *)p_sbrk,
+};
+/* Set into mrc_real once chained (sbrk's stays libc's, whose entry lands in p_sbrk);
+ * ld.so's munmap has no mrc_real pointer: it is given up. */
+static void *const via_orig_of[MRC_FN_COUNT] = {
+    [MRC_FN_MUNMAP] = (void *)o_munmap, [MRC_FN_MMAP] = (void *)o_mmap, [MRC_FN_MREMAP] = (void *)o_mremap,
+    [MRC_FN_MADVISE] = (void *)o_madvise, [MRC_FN_SHMAT] = (void *)o_shmat, [MRC_FN_SHMDT] = (void *)o_shmdt,
+    [MRC_FN_BRK] = (void *)o_brk,
+};
+static const char *const lost_of[NFN] = {
+    [MRC_FN_MUNMAP] = "glibc's own munmap calls (free of mmapped chunks, thread arenas)",
+    [MRC_FN_MMAP] = "glibc's own MAP_FIXED mappings (thread arenas)",
+    [MRC_FN_MREMAP] = "glibc's own mremap calls (realloc of mmapped chunks)",
+    [MRC_FN_MADVISE] = "glibc's own madvise calls (thread stacks at thread exit, malloc_trim)",
+    [MRC_FN_SHMAT] = "shmat(SHM_REMAP) not made through the PLT",
+    [MRC_FN_SHMDT] = "shmdt not made through the PLT",
+    [MRC_FN_BRK] = "heap trimming in free",
+    [MRC_FN_LDSO_MUNMAP] = "dlclose's unmaps",
+    [FN_SBRK] = "heap trimming in free",
+};
+
+/* Stubs and trampolines live in one page within a rel32 jump of libc: the new head of an
+ * entry must be a single instruction inside its first 8 bytes. 32 bytes per chain. */
+static uint8_t *near_page;
+static size_t near_used;
+
+static int near(const uint8_t *from, const uint8_t *to)
+{
+    int64_t d = (int64_t)((intptr_t)to - (intptr_t)from);
+    return d > INT32_MIN / 2 && d < INT32_MAX / 2;
+}
+
+/* 32 free bytes of the page, made writable (and still executable: stubs already there
+ * may be running), or NULL. */
+static uint8_t *near_slot(const uint8_t *entry)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    for (uintptr_t d = 1ul << 20; !near_page && d < (1ul << 30); d <<= 1)
+        for (int s = -1; s <= 1 && !near_page; s += 2) {
+            uintptr_t hint = ((uintptr_t)entry + (uintptr_t)(s * (intptr_t)d)) & ~(uintptr_t)(pg - 1);
+            long p = SC(SYS_mmap, hint, pg, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                        -1, 0);
+            if ((unsigned long)p > -4096ul)
+                continue;
+            if (near((uint8_t *)p, entry))
+                near_page = (uint8_t *)p;
+            else
+                SC(SYS_munmap, p, pg, 0, 0, 0, 0);   /* a kernel that took the hint as a hint */
+        }
+    if (!near_page || near_used + 32 > (size_t)pg || !near(near_page + near_used, entry) ||
+        sys_mprotect(near_page, (size_t)pg, PROT_READ | PROT_WRITE | PROT_EXEC))
+        return NULL;
+    near_used += 32;
+    return near_page + near_used - 32;
+}
+
+/* jmp *0(%rip); .quad target: an absolute jump that clobbers no register. */
+static void abs_jump(uint8_t *at, uint64_t target)
+{
+    static const uint8_t op[6] = { 0xff, 0x25, 0, 0, 0, 0 };
+    memcpy(at, op, 6);
+    memcpy(at + 6, &target, 8);
+}
+
+/* Moves the jump at c into t (16 bytes). 1 if c starts with one that still works
+ * elsewhere: jmp rel32 (made absolute), movabs $x,%reg; jmp *%reg (copied: UCX when its
+ * hook is far, libfabric, Open MPI, our own), jmp *disp32(%rip) (through the same slot,
+ * which its owner may change later). 0 for anything else. */
+static int move_jump(const uint8_t *c, uint8_t *t)
+{
+    if (c[0] == 0xe9) {
+        int32_t d;
+        memcpy(&d, c + 1, 4);
+        abs_jump(t, (uint64_t)(uintptr_t)(c + 5) + (uint64_t)(int64_t)d);
+        return 1;
+    }
+    if ((c[0] == 0x48 || c[0] == 0x49) && (c[1] & 0xf8) == 0xb8) {
+        uint8_t reg = c[1] & 7;
+        size_t n = c[0] == 0x48 ? (c[10] == 0xff && c[11] == (0xe0 | reg) ? 12 : 0)
+                                : (c[10] == 0x41 && c[11] == 0xff && c[12] == (0xe0 | reg) ? 13 : 0);
+        memcpy(t, c, n);
+        return n != 0;
+    }
+    if (c[0] == 0xff && c[1] == 0x25) {
+        int32_t d;
+        memcpy(&d, c + 2, 4);
+        uint64_t slot = (uint64_t)(uintptr_t)(c + 6) + (uint64_t)(int64_t)d;
+        t[0] = 0x49, t[1] = 0xbb;                       /* movabs $slot, %r11 */
+        memcpy(t + 2, &slot, 8);
+        t[10] = 0x41, t[11] = 0xff, t[12] = 0x23;       /* jmp *(%r11) */
+        return 1;
+    }
+    return 0;
+}
+
+/* Replaces the head old of entry by a jump to stub, in one aligned 8-byte store: a thread
+ * fetching the entry meanwhile sees all of the old first instruction or all of the new
+ * one (a locked store within one cache line; instruction fetch is coherent with it), and
+ * membarrier then makes every thread serialise before it runs user code again, so none
+ * executes bytes it decoded earlier. Only bytes 0-7 change (5-7 keep their values): with
+ * a two-instruction foreign jump (movabs; jmp *%reg) a thread already past the movabs
+ * runs the unchanged jmp at offset 10 into the other hook, as it would have a moment
+ * earlier. Returns the new head, or 0 if the page could not be written or the bytes
+ * changed meanwhile (whoever changed them makes the page executable again: we are
+ * called again then). */
+static uint64_t swap_head(uint8_t *entry, uint64_t old, const uint8_t *stub)
+{
+    uint8_t b[8];
+    memcpy(b, &old, 8);
+    int32_t rel = (int32_t)((intptr_t)stub - (intptr_t)(entry + 5));
+    b[0] = 0xe9;
+    memcpy(b + 1, &rel, 4);
+    uint64_t head;
+    memcpy(&head, b, 8);
+    long psz = sysconf(_SC_PAGESIZE);
+    void *page = (void *)((uintptr_t)entry & ~(uintptr_t)(psz - 1));
+    if (sys_mprotect(page, (size_t)psz, PROT_READ | PROT_WRITE | PROT_EXEC))
+        return 0;
+    int ok = __atomic_compare_exchange_n((uint64_t *)entry, &old, head, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    sync_cores();
+    sys_mprotect(page, (size_t)psz, PROT_READ | PROT_EXEC);
+    return ok ? head : 0;
+}
+
+static const char *fn_name(int fn)
+{
+    return fn == FN_SBRK ? "sbrk" : targets[fn].name;
+}
+
+/* Whose code a jump at c leads to, for the log. */
+static const char *jump_owner(const uint8_t *c)
+{
+    uint8_t t[16] = { 0 };
+    uint64_t to = 0;
+    Dl_info di;
+    if (!move_jump(c, t))
+        return "unknown code";
+    memcpy(&to, t[0] == 0xff ? t + 6 : t + 2, 8);
+    if (t[0] == 0x49 && t[12] == 0x23)
+        to = *(const uint64_t *)(uintptr_t)to;          /* through a slot */
+    return dladdr((void *)(uintptr_t)to, &di) && di.dli_fname ? di.dli_fname : "anonymous memory";
+}
+
+static void give_up(int fn, uint8_t *entry)
+{
+    const uint8_t *c = entry;
+    __atomic_store_n(&entry_of[fn], NULL, __ATOMIC_RELEASE);
+    if (fn < MRC_FN_COUNT) {
+        __atomic_fetch_and(&mrc_monitor_patched, ~(1u << fn), __ATOMIC_SEQ_CST);
+        patched_mask &= ~(1u << fn);
+        patched_count--;
+    }
+    /* Calls through the preload hook now reach whatever sits at the entry, as they would
+     * without us; the guard in o_* stops a loop if that ends in a copy of our jump. */
+    if (fn < MRC_FN_COUNT && targets[fn].real) {
+        __atomic_store_n(&orig_of[fn], entry, __ATOMIC_RELEASE);
+        __atomic_store_n(targets[fn].real, via_orig_of[fn], __ATOMIC_RELEASE);
+    }
+    int resumed = 0;
+    if (mrc_g.watch_unmaps && mrc_g.cfg.malloc_hooks && mrc_real_alloc_is_glibc) {
+        /* As init.c decides: the allocator hooks predict free's and trimming's unmaps. */
+        resumed = !__atomic_exchange_n(&mrc_g.watch_malloc, 1, __ATOMIC_SEQ_CST);
+    }
+    char m[400];
+    snprintf(m, sizeof(m),
+             "patch: %s was overwritten by another library after libmrcache patched it (bytes %02x %02x %02x %02x, "
+             "code that cannot be chained); %s are NO LONGER SEEN%s; %s",
+             fn_name(fn), c[0], c[1], c[2], c[3], lost_of[fn],
+             resumed ? " (the allocator hooks are back on: free's unmaps and heap trimming are predicted)"
+             : mrc_g.watch_malloc ? " (the allocator hooks still predict free's unmaps and heap trimming)"
+                                  : " (MRCACHE_MALLOC_HOOKS=0 or no preload source: nothing predicts them)",
+             fn == FN_SBRK ? "calls to sbrk itself go to the other library" : fallback());
+    if (__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED))
+        MRC_WARN("%s", m);        /* the first registration has passed: say it now */
+    else
+        note("%s", m);
+}
+
+static void chain(int fn, uint8_t *entry, uint64_t now)
+{
+    uint8_t *slot = fn != MRC_FN_LDSO_MUNMAP ? near_slot(entry) : NULL;
+    if (!slot || !move_jump(entry, slot + 16)) {
+        if (slot)
+            near_used -= 32;
+        if (near_page)
+            sys_mprotect(near_page, (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_EXEC);
+        give_up(fn, entry);
+        return;
+    }
+    abs_jump(slot, (uint64_t)(uintptr_t)hook_of[fn]);
+    sys_mprotect(near_page, (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_EXEC);
+    /* The original path first: from here calls through the preload hooks reach the other
+     * library too, and once the entry lands in our hook again its calls go there. */
+    __atomic_store_n(&orig_of[fn], slot + 16, __ATOMIC_RELEASE);
+    if (fn < MRC_FN_COUNT)
+        __atomic_store_n(targets[fn].real, via_orig_of[fn], __ATOMIC_RELEASE);
+    uint64_t head = swap_head(entry, now, slot);
+    if (!head) {
+        /* Changed again under us, or not writable: the next check decides. */
+        head_of[fn] = 0;
+        return;
+    }
+    head_of[fn] = head;
+    if (mrc_log_level >= MRC_LOG_INFO) {
+        uint8_t was[8];
+        memcpy(was, &now, 8);
+        MRC_INFO("patch: %s was patched by %s after libmrcache (%02x %02x %02x %02x %02x); chained: our hook runs "
+                 "first, then theirs",
+                 fn_name(fn), jump_owner(slot + 16), was[0], was[1], was[2], was[3], was[4]);
+    }
+}
+
+static int check_wanted, check_busy;
+
+void mrc_patch_code_changed(const void *addr, size_t len)
+{
+    uintptr_t a = (uintptr_t)addr, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    int touched = 0;
+    for (int fn = 0; fn < NFN && !touched; fn++) {
+        uintptr_t e = (uintptr_t)__atomic_load_n(&entry_of[fn], __ATOMIC_ACQUIRE) & ~(pg - 1);
+        touched = e && a < e + pg && a + len > e;
+    }
+    if (!touched)
+        return;
+    /* One thread checks at a time; a call arriving meanwhile (another thread, a signal
+     * handler) leaves a request that the checking thread sees before it stops. */
+    __atomic_store_n(&check_wanted, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&check_wanted, __ATOMIC_SEQ_CST) && !__atomic_exchange_n(&check_busy, 1, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&check_wanted, 0, __ATOMIC_SEQ_CST);
+        for (int fn = 0; fn < NFN; fn++) {
+            uint8_t *e = entry_of[fn];
+            uint64_t now = e ? __atomic_load_n((uint64_t *)e, __ATOMIC_ACQUIRE) : 0;
+            if (e && now != head_of[fn])
+                chain(fn, e, now);
+        }
+        __atomic_store_n(&check_busy, 0, __ATOMIC_RELEASE);
+    }
 }
 
 /* ---- start-up self-test ---- */

@@ -22,6 +22,14 @@ unsigned mrc_patch_selftest(int preload);
  * log it at info level only, so programs that never register stay silent). */
 void mrc_patch_warn_pending(void);
 
+/* Called after an mprotect that made [addr, addr+len) executable (another library may
+ * just have patched code there): if that covers a watched entry point, each one is
+ * checked, and one whose first bytes are no longer ours is chained (its new jump moved
+ * into a trampoline that our hook calls after invalidating) or, if that code cannot be
+ * moved, given up: said once with what is lost, and the allocator hooks resume. Any
+ * thread, any time after install; never allocates; may change errno. */
+void mrc_patch_code_changed(const void *addr, size_t len);
+
 /* "patch" when every entry point is patched, "patch(k/n)" when some, "" when none. */
 const char *mrc_patch_summary(void);
 

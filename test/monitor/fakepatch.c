@@ -1,10 +1,13 @@
 /* fakepatch.c - stands in for another library that patches libc (UCX's bistro hooks,
  * libfabric's memhooks): its constructor rewrites libc's madvise entry into
- * "movabs $hook,%rax; jmp *%rax". libmrcache must leave it alone; at exit this checks
- * that its hook still receives libc's madvise calls and prints "fakepatch: intact". */
+ * "movabs $hook,%rax; jmp *%rax" (FAKEPATCH_FORM=nop: the same after a nop, which
+ * libmrcache cannot move elsewhere). Loaded before libmrcache, it must be left alone;
+ * loaded after, chained (or given up with FAKEPATCH_FORM=nop). At exit this checks that
+ * its hook still receives libc's madvise calls and prints "fakepatch: intact". */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -28,14 +31,16 @@ __attribute__((constructor)) static void fake_patch(void)
     void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
     libc_madvise = (int (*)(void *, size_t, int))dlsym(libc, "madvise");
     uint8_t *p = (uint8_t *)libc_madvise;
-    uint8_t code[12] = { 0x48, 0xb8 };
+    uint8_t code[13] = { 0x90, 0x48, 0xb8 };
     uint64_t h = (uint64_t)(uintptr_t)hook;
-    memcpy(code + 2, &h, 8);
-    code[10] = 0xff, code[11] = 0xe0;
+    memcpy(code + 3, &h, 8);
+    code[11] = 0xff, code[12] = 0xe0;
+    const char *form = getenv("FAKEPATCH_FORM");
+    int nop = form && !strcmp(form, "nop");
     long pg = sysconf(_SC_PAGESIZE);
     uint8_t *page = (uint8_t *)((uintptr_t)p & ~(uintptr_t)(pg - 1));
     if (mprotect(page, 2 * (size_t)pg, PROT_READ | PROT_WRITE | PROT_EXEC) == 0) {
-        memcpy(p, code, sizeof(code));
+        memcpy(p, code + !nop, sizeof(code) - !nop);
         mprotect(page, 2 * (size_t)pg, PROT_READ | PROT_EXEC);
     }
 }

@@ -1,0 +1,27 @@
+/* hooks_mprotect.c - the exported mprotect: after a call that leaves memory executable,
+ * the patch source checks whether another library has just rewritten one of libc's
+ * entry points it patched (patchers make the page writable, write their jump, and make
+ * it executable again, through the PLT: UCX's libucm does so in its constructor). Not
+ * dlopen: a wrapper would become dlopen's caller, whose RUNPATH, $ORIGIN and namespace
+ * glibc uses to find the library. Invariants: the real call's result and errno are the
+ * caller's; while nothing is patched the check is a few compares. */
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "interpose/export.h"
+#include "interpose/real.h"
+#include "monitor/patch.h"
+
+MRC_EXPORT int mprotect(void *addr, size_t len, int prot)
+{
+    int (*real)(void *, size_t, int) = __atomic_load_n(&mrc_real.mprotect, __ATOMIC_RELAXED);
+    int rc = real ? real(addr, len, prot) : (int)syscall(SYS_mprotect, addr, len, prot);
+    if (rc == 0 && (prot & PROT_EXEC)) {
+        int saved = errno;
+        mrc_patch_code_changed(addr, len);
+        errno = saved;
+    }
+    return rc;
+}
