@@ -14,6 +14,7 @@
 #include "backend/verify.h"
 #include "interpose/real.h"
 #include "interpose/state.h"
+#include "monitor/uffd.h"
 #include "util/callsite.h"
 #include "util/dumpsig.h"
 #include "util/leaks.h"
@@ -117,6 +118,10 @@ struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t
     if (!__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED))
         mrc_on_first_registration();   /* also in a forked child, whose cache starts unused */
     mrc_dumpsig_poll();          /* MRCACHE_DUMP_SIGNAL: dump here, outside any hook */
+    /* An unmap the userfaultfd handler has read but not yet invalidated (its unmapper
+     * already returned, e.g. from a raw syscall, and may be registering the address
+     * again) must be invalidated before the lookup. One load while the handler is idle. */
+    mrc_uffd_quiesce();
 
     struct mrc_handle *h = handle_alloc();
     if (!h) {
