@@ -127,7 +127,8 @@ static void test_monitors(void)
         CHECKF(m == atoi(want), "monitors %d, expected %s", m, want);
     else
         CHECKF(m >= 0 && (m & MRCACHE_MONITOR_PRELOAD), "monitors %d", m);
-    CHECKF((m & ~(int)(MRCACHE_MONITOR_PRELOAD | MRCACHE_MONITOR_MALLOC | MRCACHE_MONITOR_PATCH)) == 0,
+    CHECKF((m & ~(int)(MRCACHE_MONITOR_PRELOAD | MRCACHE_MONITOR_MALLOC | MRCACHE_MONITOR_PATCH |
+                       MRCACHE_MONITOR_UFFD)) == 0,
            "unknown bits in %d", m);
     struct mrcache_stats s = stats();
     CHECK(s.monitors == (uint32_t)m && s.enabled == 1);
@@ -451,6 +452,14 @@ static void test_absent_program_still_works(void)
     munmap(p, LEN);
 }
 
+/* auto under a sanitizer (patching stands aside): the userfaultfd source joins and sees
+ * raw remaps itself, so the API's invalidation has nothing left to do (test/uffd). */
+static int uffd_sees_raw_remaps(void)
+{
+    int m = mrcache_monitors();
+    return m > 0 && (m & MRCACHE_MONITOR_UFFD);
+}
+
 int main(void)
 {
     absent = getenv("API_ABSENT") != NULL;
@@ -463,13 +472,18 @@ int main(void)
         RUN(test_absent_program_still_works);
         CHECK_EXIT();
     }
-    if (no_invalidate) {
+    if (uffd_sees_raw_remaps()) {
+        check_skip("test_invalidate_makes_raw_remap_safe", "the userfaultfd source sees raw remaps");
+        if (no_invalidate)
+            CHECK_EXIT();
+    } else if (no_invalidate) {
         RUN(test_invalidate_makes_raw_remap_safe);
         CHECK_EXIT();
     }
     RUN_SEL(test_version);
     RUN_SEL(test_monitors);
-    RUN_SEL(test_invalidate_makes_raw_remap_safe);
+    if (!uffd_sees_raw_remaps())
+        RUN_SEL(test_invalidate_makes_raw_remap_safe);
     RUN_SEL(test_invalidate_defer);
     RUN_SEL(test_bad_arguments);
     RUN_SEL(test_stats_versioned_by_size);
