@@ -140,8 +140,13 @@ static void *handler_main(void *arg)
     for (;;) {
         if (poll(&p, 1, -1) < 0)
             continue;
-        if (p.revents & (POLLERR | POLLNVAL))
-            break;      /* the descriptor is dead: no event can be waiting on us either */
+        if (p.revents & (POLLERR | POLLNVAL)) {
+            /* The program closed our descriptor (a daemon closing every fd): the kernel
+             * dropped the watches with it, and no thread can wait on it. Watch no more:
+             * the number may come back as another file. */
+            __atomic_store_n(&state, OFF, __ATOMIC_RELEASE);
+            break;
+        }
         /* Busy before the read: the unmapping thread resumes at the read, and must not
          * find the old entry until it is invalidated. */
         __atomic_store_n(&mrc_uffd_busy, 1, __ATOMIC_SEQ_CST);

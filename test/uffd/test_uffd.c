@@ -6,7 +6,7 @@
  * source) the same writes must be lost: the tests can fail. Plus graceful degradation
  * (memory the program already watches with its own userfaultfd, file-backed memory, a
  * kernel that refuses userfaultfd), faults answered, fork, threads, and exit.
- * Usage: test_uffd [paths|refused|exit|auto]   (a hang is a failure: run under timeout) */
+ * Usage: test_uffd [paths|refused|exit|auto|budget]   (a hang is a failure: run under timeout) */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -351,6 +351,62 @@ static void exit_while_unmapping(void)
         sched_yield();          /* the thread is well under way */
 }
 
+static long read_long(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f && fscanf(f, "%ld", &v) != 1)
+        v = -1;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+static long maps_now(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    long n = 0;
+    for (int c; f && (c = fgetc(f)) != EOF;)
+        n += c == '\n';
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Watching a page inside a larger mapping splits it in three. Registering thousands of
+ * isolated pages must stop splitting at half of vm.max_map_count (counted as unwatched),
+ * and the program's own mappings must still succeed. */
+static void test_vma_budget(void)
+{
+    long limit = read_long("/proc/sys/vm/max_map_count");
+    CHECK(limit > 0);
+    long pg = sysconf(_SC_PAGESIZE), n = limit / 4 + 1000;
+    char *p = raw_mmap(NULL, (size_t)(2 * n * pg), 0);
+    CHECK(p != NULL);
+    if (!p || limit <= 0)
+        return;
+    uint64_t unwatched = stats().uffd_unwatched;
+    for (long i = 0; i < n; i++) {
+        struct ibv_mr *mr = ibv_reg_mr(pd, p + 2 * i * pg, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+        CHECKF(mr != NULL, "registration %ld: %s", i, strerror(errno));
+        if (!mr)
+            break;
+        ibv_dereg_mr(mr);
+    }
+    long maps = maps_now();
+    CHECKF(maps <= limit / 2 + 64, "%ld VMAs, past half of vm.max_map_count (%ld)", maps, limit);
+    CHECK(stats().uffd_unwatched > unwatched);
+    char *own[1000];
+    int ok = 0;
+    for (int i = 0; i < 1000; i++)
+        ok += (own[i] = raw_mmap(NULL, (size_t)pg, 0)) != NULL;
+    CHECK(ok == 1000);
+    for (int i = 0; i < 1000; i++)
+        if (own[i])
+            syscall(SYS_munmap, own[i], pg);
+    syscall(SYS_munmap, p, 2 * n * pg);
+}
+
 /* MRCACHE_MONITOR=auto: the userfaultfd joins exactly when patching falls short
  * (EXPECT_UFFD, from the caller, who knows whether libc can be patched here). */
 static void test_auto_rule(void)
@@ -376,6 +432,11 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "refused")) {
         RUN(test_refused_degrades);
+        CHECK_EXIT();
+    }
+    if (!strcmp(mode, "budget")) {
+        new_pd();
+        RUN(test_vma_budget);
         CHECK_EXIT();
     }
     if (!strcmp(mode, "auto")) {
