@@ -130,14 +130,14 @@ static int parse_format(const char *s, void *f)
     return 0;
 }
 
-/* A comma-separated list of sources: auto (= patch,preload, and uffd where patching
- * falls short), preload, patch, uffd; or none alone. An unknown word, or none with
- * another, makes the whole value invalid. */
+/* A list of sources separated by commas or '+' (the spelling the statistics use):
+ * auto (= patch,preload, and uffd where patching falls short), preload, patch, uffd; or
+ * none alone. An unknown word, or none with another, makes the whole value invalid. */
 static int parse_monitor(const char *s, void *f)
 {
     int bits = 0, none = 0, words = 0;
     while (*s) {
-        size_t n = strcspn(s, ",");
+        size_t n = strcspn(s, ",+");
         if ((n == 4 && !strncasecmp(s, "auto", 4)))
             bits |= MRC_MONITOR_PATCH | MRC_MONITOR_PRELOAD | MRC_MONITOR_AUTO;
         else if (n == 7 && !strncasecmp(s, "preload", 7))
@@ -152,7 +152,7 @@ static int parse_monitor(const char *s, void *f)
             return -1;
         words++;
         s += n;
-        if (*s == ',' && !*++s)
+        if ((*s == ',' || *s == '+') && !*++s)
             return -1;
     }
     if (!words || (none && words > 1))
@@ -186,7 +186,7 @@ static const struct mrc_config_row rows[] = {
     ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off, stderr, or a file path where %p is the pid, %h the host, %r the rank (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID), %% a literal %",
         parse_stats, stats),
     ROW("MRCACHE_STATS_FORMAT", "text", "text or json", parse_format, stats_format),
-    ROW("MRCACHE_MONITOR", "auto", "how unmaps are seen, a comma-separated list: auto (= patch,preload, plus uffd if patching falls short), patch (libc's munmap-family entry points patched, so glibc's own calls are seen), preload (munmap-family and allocator hooks), uffd (userfaultfd events over registered ranges: also raw system calls), none (UNSAFE: no invalidation; for demonstrations only)",
+    ROW("MRCACHE_MONITOR", "auto", "how unmaps are seen, a list separated by commas or +: auto (= patch,preload, plus uffd if patching falls short), patch (libc's munmap-family entry points patched, so glibc's own calls are seen), preload (munmap-family and allocator hooks), uffd (userfaultfd events over registered ranges: also raw system calls), none (UNSAFE: no invalidation; for demonstrations only)",
         parse_monitor, monitor),
     ROW("MRCACHE_MALLOC_HOOKS", "1", "0 stops watching glibc malloc's own unmaps (free of mmapped chunks, heap trimming)",
         parse_bool, malloc_hooks),

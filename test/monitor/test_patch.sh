@@ -16,12 +16,12 @@ LD_PRELOAD=$PRE /bin/true 2>"$tmp/q.err"
 report patch_quiet_when_unused $?
 
 # 2. Bad lists warn once each and keep the default; good lists are silent.
-for v in bogus none,patch "patch," ""; do
+for v in bogus none,patch "patch," "patch+" ""; do
     LD_PRELOAD=$PRE MRCACHE_MONITOR="$v" /bin/true 2>"$tmp/b.err"
     [ -z "$v" ] && continue
     grep -q "MRCACHE_MONITOR=\"$v\" is not valid" "$tmp/b.err" || { echo "no warning for '$v'" >&2; r=1; }
 done
-for v in patch,preload PRELOAD,patch auto none; do
+for v in patch,preload PRELOAD,patch patch+preload+uffd auto none; do
     LD_PRELOAD=$PRE MRCACHE_MONITOR="$v" /bin/true 2>"$tmp/g.err"
     grep -q 'is not valid' "$tmp/g.err" && { echo "'$v' refused" >&2; r=1; }
 done

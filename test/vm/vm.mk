@@ -12,8 +12,10 @@ VM_PROGS   := $(VM_BIN)/vm_stale_mr $(VM_BIN)/vm_regcost
 # to find, test/preload/common.h writes through a loopback RDMA WRITE on the device.
 VM_PBIN    := $(VM_BIN)/preload
 # Runs of project programs the guest makes under the preload against rxe, each
-# PROGRAM[:VAR=VALUE,...]; the monitor-off run must see every write land in stale pages.
+# PROGRAM[:VAR=VALUE,...]; the monitor-off run must see every write land in stale pages,
+# and with the userfaultfd source (Debian's 6.1 kernel) raw system calls must be seen.
 VM_PRELOAD_TESTS ?= $(VM_PBIN)/test_unmap_paths \
+                    $(VM_PBIN)/test_unmap_paths:MRCACHE_MONITOR=patch+preload+uffd \
                     $(VM_PBIN)/test_unmap_paths:MRCACHE_MONITOR=none,EXPECT_STALE=1 \
                     $(VM_PBIN)/test_verbs
 VM_PRELOAD_PROGS := $(sort $(foreach r,$(VM_PRELOAD_TESTS),$(firstword $(subst :, ,$(r)))))
