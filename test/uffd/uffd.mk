@@ -26,6 +26,6 @@ $(BUILD)/test/bench_uffd: test/uffd/bench_uffd.c $(SNIC_DEPS)
 uffd-bench: $(LIB) $(BUILD)/test/bench_uffd
 	@echo "-- kernel alone"; $(BUILD)/test/bench_uffd kernel
 	@for m in patch,preload patch,preload,uffd; do echo "-- MRCACHE_MONITOR=$$m"; \
-	    $(UFFD_RUN) MRCACHE_MONITOR=$$m $(BUILD)/test/bench_uffd verbs; done
+	    $(UFFD_RUN) MRCACHE_MONITOR=$$m MRCACHE_MAX_ENTRIES=16 $(BUILD)/test/bench_uffd verbs; done
 bench: uffd-bench
 .PHONY: uffd-bench
