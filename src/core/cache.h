@@ -130,6 +130,17 @@ void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, u
 /* Deregisters the deferred entries now. Not from a hook. */
 void mrc_cache_drain(struct mrc_cache *c);
 
+/* Has the entry pool keep a reserve of memory touched in advance by mrc_cache_refill,
+ * so that a miss normally takes its entry from touched memory; low(arg) is called, from
+ * a registering thread without the cache lock, when the reserve runs low: it must only
+ * wake the thread that calls mrc_cache_refill (no blocking, no malloc, no cache call).
+ * NULL turns the reserve off. Any thread, any time. */
+void mrc_cache_set_reserve(struct mrc_cache *c, void (*low)(void *arg), void *arg);
+
+/* Tops the entry pool's reserve up (the first touches of fresh pages are paid here, on
+ * the calling thread, instead of on a miss). Not from a hook. */
+void mrc_cache_refill(struct mrc_cache *c);
+
 /* Deregisters the idle entries for which match(e, arg) (all if match is NULL) and the
  * deferred ones. Returns how many matching entries stay registered because in use. */
 uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),

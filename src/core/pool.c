@@ -1,7 +1,12 @@
-/* pool.c - bump allocation from geometrically growing mmap'd arenas, plus a free list.
- * Invariants: arenas are only ever added (published with a release store of narenas,
- * so mrc_pool_owns can read them without the lock); objects are 16-byte aligned, and
- * 64-byte aligned when they are a cache line or larger. */
+/* pool.c - geometrically growing mmap'd arenas carved into chunks of about 64 KiB, a
+ * current chunk objects are cut from, a free list, and an optional reserve of chunks
+ * that another thread touched beforehand. Invariants: arenas are only ever added
+ * (published with a release store of narenas, so mrc_pool_owns can read them without
+ * the lock); chunks are carved from an arena's start in multiples of obj_size, so every
+ * object sits at start + k * obj_size; a chunk belongs to exactly one of: a refiller
+ * touching it (unpublished, so its writes race with nobody), ready[], cur; objects are
+ * 16-byte aligned, and 64-byte aligned when they are a cache line or larger. */
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -11,6 +16,11 @@
 
 #define ARENA_MIN (64u << 10)
 #define ARENA_MAX (64u << 20)
+#define CHUNK (64u << 10)
+#define PAGE 4096u          /* the smallest page size: a touch per PAGE covers every page */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 void mrc_pool_init(struct mrc_pool *p, size_t obj_size, int zero)
 {
@@ -18,27 +28,9 @@ void mrc_pool_init(struct mrc_pool *p, size_t obj_size, int zero)
     /* Objects of a cache line or more start on a line of their own: two threads using
      * neighbouring entries must not share a line (false sharing doubles a hit's cost). */
     p->obj_size = obj_size >= 64 ? (obj_size + 63) & ~(size_t)63 : (obj_size + 15) & ~(size_t)15;
+    p->chunk_size = p->obj_size >= CHUNK ? p->obj_size : CHUNK - CHUNK % p->obj_size;
     p->zero = zero;
     pthread_mutex_init(&p->lock, NULL);
-}
-
-/* Faults in the next window of fresh objects with one system call when the bump pointer
- * enters it: a page fault per first touch costs microseconds in a VM, on a miss's path.
- * Best effort (MADV_POPULATE_WRITE needs Linux 5.14); a window at a time keeps RSS near
- * what is used. */
-#define PREFAULT_WINDOW (64u << 10)
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-static void prefault(struct mrc_pool *p, const char *obj)
-{
-    uintptr_t a = (uintptr_t)obj, w = a & ~(uintptr_t)(PREFAULT_WINDOW - 1);
-    if (a - w >= p->obj_size)
-        return;                       /* not the first object of its window */
-    uintptr_t end = w + PREFAULT_WINDOW;
-    if (end > (uintptr_t)p->bump_end)
-        end = (uintptr_t)p->bump_end;
-    syscall(SYS_madvise, w, end - w, MADV_POPULATE_WRITE);
 }
 
 static int pool_grow(struct mrc_pool *p)
@@ -48,6 +40,8 @@ static int pool_grow(struct mrc_pool *p)
     size_t size = ARENA_MIN << (p->narenas < 10 ? p->narenas : 10);
     if (size > ARENA_MAX)
         size = ARENA_MAX;
+    if (size < p->obj_size)
+        size = (p->obj_size + PAGE - 1) & ~(size_t)(PAGE - 1);
     /* The raw syscall keeps our own memory out of every unmap monitor, ours included. */
     long r = syscall(SYS_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (r < 0 && r > -4096)
@@ -62,21 +56,123 @@ static int pool_grow(struct mrc_pool *p)
     return 0;
 }
 
+/* Cuts the next chunk (shorter at an arena's end) from the newest arena, mapping a new
+ * arena when fewer than one object is left. Under the lock; *c is untouched on failure. */
+static int carve_locked(struct mrc_pool *p, struct mrc_pool_chunk *c)
+{
+    if ((size_t)(p->bump_end - p->bump) < p->obj_size && pool_grow(p))
+        return -1;
+    size_t n = (size_t)(p->bump_end - p->bump);
+    if (n > p->chunk_size)
+        n = p->chunk_size;
+    n -= n % p->obj_size;
+    c->start = p->bump;
+    c->end = p->bump + n;
+    p->bump += n;
+    return 0;
+}
+
+/* Faults a chunk's pages in with one system call instead of a fault per page. Best
+ * effort (Linux 5.14+). The range is widened to whole pages: populating a neighbour's
+ * page writes nothing to it. */
+static void populate(const struct mrc_pool_chunk *c)
+{
+    uintptr_t a = (uintptr_t)c->start & ~(uintptr_t)(PAGE - 1);
+    syscall(SYS_madvise, a, (uintptr_t)c->end - a, MADV_POPULATE_WRITE);
+}
+
+/* Populates, then writes once into every page of the chunk (at an address inside the
+ * chunk, which the caller alone holds). Some VMs charge tens of microseconds for the
+ * first user-mode write to a page even after it is populated; after one write from any
+ * thread of the process, later ones cost what they should. Fresh arena memory is zero,
+ * so writing 0 changes no object. */
+static void touch(const struct mrc_pool_chunk *c)
+{
+    populate(c);
+    for (char *a = c->start; a < c->end; a = (char *)(((uintptr_t)a | (PAGE - 1)) + 1))
+        *(volatile char *)a = 0;
+}
+
+void mrc_pool_set_reserve(struct mrc_pool *p, unsigned chunks, void (*low)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&p->lock);
+    /* Lowering it leaves ready chunks in place: they are used before new ones. */
+    p->reserve = chunks < MRC_POOL_MAX_RESERVE ? chunks : MRC_POOL_MAX_RESERVE;
+    p->low = chunks ? low : NULL;
+    p->low_arg = arg;
+    pthread_mutex_unlock(&p->lock);
+}
+
+int mrc_pool_refill(struct mrc_pool *p)
+{
+    for (;;) {
+        struct mrc_pool_chunk c;
+        pthread_mutex_lock(&p->lock);
+        /* nready + preparing never exceeds the largest reserve: ready[] has room. */
+        int want = p->nready + p->preparing < p->reserve;
+        int rc = want ? carve_locked(p, &c) : 0;
+        if (want && rc == 0)
+            p->preparing++;
+        pthread_mutex_unlock(&p->lock);
+        if (!want)
+            return 0;
+        if (rc)
+            return -ENOMEM;
+        touch(&c);
+        pthread_mutex_lock(&p->lock);
+        p->preparing--;
+        p->ready[p->nready++] = c;
+        pthread_mutex_unlock(&p->lock);
+    }
+}
+
 void *mrc_pool_get(struct mrc_pool *p)
 {
-    void *obj = NULL;
+    void *obj = NULL, *next = NULL;
+    struct mrc_pool_chunk fresh = { NULL, NULL };
+    void (*low)(void *arg) = NULL;
+    void *low_arg = NULL;
     pthread_mutex_lock(&p->lock);
     if (p->free_list) {
         obj = p->free_list;
-        p->free_list = *(void **)obj;
-    } else if ((size_t)(p->bump_end - p->bump) >= p->obj_size || pool_grow(p) == 0) {
-        obj = p->bump;
-        p->bump += p->obj_size;
-        prefault(p, obj);
+        p->free_list = next = *(void **)obj;
+    } else {
+        if (p->cur.start == p->cur.end) {
+            if (p->nready)
+                p->cur = p->ready[--p->nready];
+            else if (carve_locked(p, &p->cur) == 0)
+                fresh = p->cur;      /* none ready: today's caller pays the first touch */
+            /* With a refill under way, the refiller looks at nready again before it
+             * stops: only an idle one needs asking. Once per chunk at most. */
+            if (p->low && !p->preparing && p->nready < p->reserve) {
+                low = p->low;
+                low_arg = p->low_arg;
+            }
+        }
+        if (p->cur.start != p->cur.end) {
+            obj = p->cur.start;
+            p->cur.start += p->obj_size;
+            if (p->cur.start != p->cur.end)
+                next = p->cur.start;
+        }
     }
     if (obj)
         p->live++;
     pthread_mutex_unlock(&p->lock);
+    /* Outside the lock: other gets may cut objects from the chunk meanwhile, and
+     * populating writes nothing they could see. */
+    if (fresh.start)
+        populate(&fresh);
+    if (low)
+        low(low_arg);
+    /* The next get's object, prefetched for writing: its lines were last written by
+     * another core (the refiller's, or the kernel's zeroing on it) or by a user long
+     * ago, and fetching them now overlaps whatever the caller does until then. */
+    if (next) {
+        __builtin_prefetch(next, 1);
+        if (p->obj_size > 64)
+            __builtin_prefetch((char *)next + 64, 1);
+    }
     if (obj && p->zero)
         memset(obj, 0, p->obj_size);
     else if (obj)
@@ -106,4 +202,5 @@ int mrc_pool_owns(const struct mrc_pool *p, const void *ptr)
 void mrc_pool_reset_lock(struct mrc_pool *p)
 {
     pthread_mutex_init(&p->lock, NULL);
+    p->preparing = 0;
 }

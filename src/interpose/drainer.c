@@ -1,10 +1,13 @@
-/* drainer.c - a helper thread that deregisters invalidated MRs when the unmap hooks have
- * deferred more than MRCACHE_MAX_DEFERRED bytes: hooks may not deregister, and a
- * program that unmaps registered memory and then makes no verbs call would otherwise
- * keep those pages pinned. Invariants: started outside any hook (at the first
- * registration); woken with one futex syscall (no allocation, no lock, errno kept);
- * blocks every signal, so the program's handlers never run on it; absent in a forked
- * child until its first registration. */
+/* drainer.c - the cache's helper thread. It deregisters invalidated MRs when the unmap
+ * hooks have deferred more than MRCACHE_MAX_DEFERRED bytes (hooks may not deregister,
+ * and a program that unmaps registered memory and then makes no verbs call would keep
+ * those pages pinned), and it keeps the reserves of the entry and handle pools touched,
+ * so that a registration rarely pays a page's first touch (tens of microseconds in some
+ * VMs): that work moves here, off the registering thread, it does not go away.
+ * Invariants: started outside any hook (at the first registration), and the reserves
+ * exist only while it runs; woken with one futex syscall (no allocation, no lock, errno
+ * kept); blocks every signal, so the program's handlers never run on it; absent in a
+ * forked child until its first registration. */
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -17,6 +20,9 @@
 #include "interpose/state.h"
 #include "util/log.h"
 
+/* MR handles: one chunk (about 1k handles) covers a burst of registrations kept open. */
+#define HANDLE_RESERVE 1
+
 static uint32_t wake_word;
 static int started;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -28,6 +34,8 @@ static void *drainer_main(void *arg)
         while (!__atomic_exchange_n(&wake_word, 0, __ATOMIC_ACQ_REL))
             syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
         mrc_cache_drain(&mrc_g.cache);
+        mrc_cache_refill(&mrc_g.cache);
+        mrc_pool_refill(&mrc_g.handles);
     }
     return NULL;
 }
@@ -50,10 +58,15 @@ void mrc_drainer_start(void)
         pthread_attr_destroy(&attr);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (rc)
-            MRC_WARN("cannot start the deregistration thread (%d): deferred MRs wait for the next verbs call", rc);
+            MRC_WARN("cannot start the helper thread (%d): deferred MRs wait for the next verbs call", rc);
         else
             pthread_setname_np(t, "mrcache-drain");
         __atomic_store_n(&started, rc == 0, __ATOMIC_RELEASE);
+        if (rc == 0) {
+            mrc_cache_set_reserve(&mrc_g.cache, mrc_drainer_wake, NULL);
+            mrc_pool_set_reserve(&mrc_g.handles, HANDLE_RESERVE, mrc_drainer_wake, NULL);
+            mrc_drainer_wake(NULL);   /* fill the reserves before the first miss needs them */
+        }
     }
     pthread_mutex_unlock(&start_lock);
 }

@@ -1,11 +1,13 @@
-/* drainer.h - the deregistration thread for MRs that unmap hooks had to defer. */
+/* drainer.h - the cache's helper thread: deregisters MRs that unmap hooks had to defer,
+ * and keeps the entry and handle pools' reserves of touched memory filled. */
 #ifndef MRC_DRAINER_H
 #define MRC_DRAINER_H
 
-/* Starts the thread once. Not from a hook. */
+/* Starts the thread once and gives the pools their reserves. Not from a hook. */
 void mrc_drainer_start(void);
 
-/* Wakes it (the cache's deferred_full callback): safe in any hook. */
+/* Wakes it (the cache's deferred_full callback and the pools' low-reserve one): safe in
+ * any hook. */
 void mrc_drainer_wake(void *arg);
 
 /* In a forked child: the thread is not there; the next start makes a new one. */

@@ -1,11 +1,14 @@
 /* test_cache.c - the cache core against a counting fake back-end: rights, iova offsets,
  * merging, limits and LRU order, ENOMEM retry, invalidation (in use, deferred, never
- * calling the back-end), flush by domain, forget, and a threaded stress in which no
- * lookup may return an entry overlapping a range whose invalidation has returned. */
+ * calling the back-end; one by one and in bulk), flush by domain, forget, the entry
+ * pool's reserve (refilled from another thread while gets run), and a threaded stress
+ * in which no lookup may return an entry overlapping a range whose invalidation has
+ * returned. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "check.h"
 #include "core/cache.h"
@@ -438,6 +441,213 @@ static void test_gauges_and_stats(void)
     CHECK(s.v[MRC_STAT_INVALIDATED] == 1 && s.v[MRC_STAT_INVAL_BASE + MRC_INVAL_BRK] == 1);
 }
 
+static void test_invalidate_bulk_in_use_and_idle(void)
+{
+    setup_with(100000, 1ull << 40, MRC_REMOTE_EXACT);
+    enum { N = 600 };
+    static struct mrc_entry *held[N];
+    for (uint64_t i = 0; i < N; i++) {   /* gaps: no merging; every third one kept in use */
+        held[i] = get(&dom_a, 0x20000000 + i * 2 * PG, PG, LW);
+        if (i % 3) {
+            mrc_cache_put(&cache, held[i]);
+            held[i] = NULL;
+        }
+    }
+    /* An entry reaching into the range from below, and one past it. */
+    mrc_cache_put(&cache, get(&dom_b, 0x1fff0000, 0x10000 + PG, LW));
+    mrc_cache_put(&cache, get(&dom_a, 0x30000000, PG, LW));
+    fb.forbidden = 1;
+    /* Slots 100..499 of 602 entries: a rebuild; then a few, one by one. */
+    mrc_cache_invalidate(&cache, 0x20000000 + 100 * 2 * PG, 400 * 2 * PG, MRC_INVAL_MUNMAP);
+    mrc_cache_invalidate(&cache, 0x20000000, PG, MRC_INVAL_MUNMAP);   /* slot 0 and the one from below */
+    fb.forbidden = 0;
+    CHECK(fb.forbidden_calls == 0);
+    CHECK(mrc_itree_check(&cache.tree) == 0);
+    CHECKF(cache.tree.count == 602 - 400 - 2, "%zu in the tree", cache.tree.count);
+    CHECK(cache.tree_count == cache.tree.count);
+    uint64_t want_deferred = 1;                      /* the one from below */
+    for (uint64_t i = 0; i < N; i++)
+        if ((i == 0 || (i >= 100 && i < 500)) && !held[i])
+            want_deferred++;
+    CHECKF(cache.ndeferred == want_deferred && cache.deferred_bytes == want_deferred * PG +
+           0x10000, "%llu deferred, want %llu", (unsigned long long)cache.ndeferred,
+           (unsigned long long)want_deferred);
+    struct mrc_cache_gauges g;
+    mrc_cache_get_gauges(&cache, &g);
+    CHECK(g.tree_entries == 200 && g.tree_bytes == 200 * PG);
+    /* In-use invalidated entries stay valid for their holders, are never found again,
+     * and go at their last release; the survivors still hit. */
+    for (uint64_t i = 0; i < N; i++) {
+        int gone = i == 0 || (i >= 100 && i < 500);
+        if (held[i]) {
+            CHECK(reg_of(held[i])->live);
+            CHECK(!!(held[i]->flags & MRC_E_IN_TREE) == !gone);
+        }
+        uint64_t regs = fb.regs;
+        struct mrc_entry *e = get(&dom_a, 0x20000000 + i * 2 * PG, PG, LW);
+        CHECKF((fb.regs != regs) == gone, "slot %llu: %s", (unsigned long long)i, gone ? "hit" : "missed");
+        CHECK(!held[i] || (e == held[i]) == !gone);
+        mrc_cache_put(&cache, e);
+        if (held[i]) {
+            struct fake_reg *r = reg_of(held[i]);
+            mrc_cache_put(&cache, held[i]);
+            CHECK(r->live == !gone);
+        }
+    }
+    CHECK(mrc_itree_check(&cache.tree) == 0);
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECK(fb.live == 0);
+}
+
+static void test_invalidate_everything_at_once(void)
+{
+    setup_with(100000, 1ull << 40, MRC_REMOTE_EXACT);
+    for (uint64_t i = 0; i < 300; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0x40000000 + i * 2 * PG, PG, LW));
+    mrc_cache_invalidate(&cache, 0, UINT64_MAX, MRC_INVAL_MUNMAP);
+    CHECK(cache.tree.count == 0 && cache.tree.root == NULL && cache.tree_count == 0);
+    CHECK(cache.tree_bytes == 0 && cache.lru.lru_next == &cache.lru && cache.ndeferred == 300);
+    struct mrc_entry *e = get(&dom_a, 0x40000000, PG, LW);   /* a miss, and the drain */
+    CHECK(fb.regs == 301 && fb.live == 1 && cache.tree.count == 1);
+    mrc_cache_put(&cache, e);
+}
+
+/* ---- the entry pool's reserve ---- */
+
+static struct mrc_pool tpool;
+static unsigned low_calls;
+static void on_low(void *arg)
+{
+    (void)arg;
+    __atomic_fetch_add(&low_calls, 1, __ATOMIC_RELAXED);
+}
+
+static void test_pool_reserve_used_before_fresh_chunks(void)
+{
+    mrc_pool_init(&tpool, sizeof(struct mrc_entry), 0);
+    low_calls = 0;
+    void *first = mrc_pool_get(&tpool);      /* no reserve: carved by the get itself */
+    CHECK(first && tpool.nready == 0 && low_calls == 0);
+    mrc_pool_set_reserve(&tpool, 2, on_low, NULL);
+    CHECK(mrc_pool_refill(&tpool) == 0);
+    CHECK(tpool.nready == 2 && tpool.preparing == 0);
+    CHECK(mrc_pool_refill(&tpool) == 0 && tpool.nready == 2);   /* full: nothing more */
+    struct mrc_pool_chunk a = tpool.ready[0], b = tpool.ready[1];
+    size_t per_chunk = (size_t)(a.end - a.start) / tpool.obj_size;
+    CHECK(per_chunk >= 2 && (size_t)(a.end - a.start) % tpool.obj_size == 0);
+    /* The rest of the current chunk first, then a ready one, asking for a refill once. */
+    size_t left = (size_t)(tpool.cur.end - tpool.cur.start) / tpool.obj_size;
+    for (size_t i = 0; i < left; i++)
+        mrc_pool_get(&tpool);
+    CHECK(tpool.nready == 2 && low_calls == 0);
+    char *o = mrc_pool_get(&tpool);
+    CHECK(tpool.nready == 1 && low_calls == 1);
+    CHECK((o >= b.start && o < b.end) || (o >= a.start && o < a.end));
+    for (size_t i = 1; i < per_chunk; i++)
+        mrc_pool_get(&tpool);
+    CHECK(low_calls == 1);
+    mrc_pool_get(&tpool);                    /* the second ready chunk */
+    CHECK(tpool.nready == 0 && low_calls == 2);
+    for (size_t i = 1; i < per_chunk; i++)
+        mrc_pool_get(&tpool);
+    char *fresh = mrc_pool_get(&tpool);      /* none ready: carved here, still asks */
+    CHECK(fresh && mrc_pool_owns(&tpool, fresh) && low_calls == 3);
+    CHECK(!(fresh >= a.start && fresh < a.end) && !(fresh >= b.start && fresh < b.end));
+    mrc_pool_put(&tpool, o);                 /* freed objects before any chunk */
+    CHECK(mrc_pool_get(&tpool) == o);
+    CHECK(!mrc_pool_owns(&tpool, o + 16) && !mrc_pool_owns(&tpool, &tpool));
+    mrc_pool_set_reserve(&tpool, 0, on_low, NULL);
+    CHECK(mrc_pool_refill(&tpool) == 0 && tpool.nready == 0);
+}
+
+#define POOL_GETTERS 2
+#ifndef POOL_OBJS
+#define POOL_OBJS 20000   /* per getter: about 40 chunks of 128-byte objects each */
+#endif
+
+static uint32_t refill_wake, refill_stop;
+static void *pool_objs[POOL_GETTERS][POOL_OBJS];
+
+static void wake_refiller(void *arg)
+{
+    (void)arg;
+    __atomic_store_n(&refill_wake, 1, __ATOMIC_RELEASE);
+}
+
+static void *pool_refiller(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&refill_stop, __ATOMIC_ACQUIRE)) {
+        if (__atomic_exchange_n(&refill_wake, 0, __ATOMIC_ACQ_REL))
+            CHECK(mrc_pool_refill(&tpool) == 0);
+        else
+            sched_yield();
+    }
+    return NULL;
+}
+
+static void *pool_getter(void *arg)
+{
+    uintptr_t id = (uintptr_t)arg;
+    for (int i = 0; i < POOL_OBJS; i++) {
+        uint64_t *o = mrc_pool_get(&tpool);
+        pool_objs[id][i] = o;
+        if (!o)
+            continue;
+        /* Every word: an object handed out twice, or overlapping another, is caught. */
+        for (size_t w = 0; w < tpool.obj_size / 8; w++)
+            o[w] = id << 32 | (uint64_t)i;
+        if (i % 7 == 3) {                    /* some go back and come out again */
+            mrc_pool_put(&tpool, o);
+            pool_objs[id][i] = NULL;
+        }
+    }
+    return NULL;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_pool_gets_race_refills(void)
+{
+    mrc_pool_init(&tpool, sizeof(struct mrc_entry), 0);
+    mrc_pool_set_reserve(&tpool, 2, wake_refiller, NULL);
+    refill_wake = 1;
+    refill_stop = 0;
+    pthread_t r, g[POOL_GETTERS];
+    pthread_create(&r, NULL, pool_refiller, NULL);
+    for (uintptr_t i = 0; i < POOL_GETTERS; i++)
+        pthread_create(&g[i], NULL, pool_getter, (void *)i);
+    for (int i = 0; i < POOL_GETTERS; i++)
+        pthread_join(g[i], NULL);
+    __atomic_store_n(&refill_stop, 1, __ATOMIC_RELEASE);
+    pthread_join(r, NULL);
+    static uintptr_t all[POOL_GETTERS * POOL_OBJS];
+    size_t n = 0, bad = 0;
+    for (uintptr_t id = 0; id < POOL_GETTERS; id++)
+        for (int i = 0; i < POOL_OBJS; i++) {
+            uint64_t *o = pool_objs[id][i];
+            if (!o)
+                continue;
+            all[n++] = (uintptr_t)o;
+            bad += !mrc_pool_owns(&tpool, o) || ((uintptr_t)o & 63) != 0;
+            for (size_t w = 0; w < tpool.obj_size / 8; w++)
+                bad += o[w] != (id << 32 | (uint64_t)i);
+        }
+    CHECKF(bad == 0, "%zu objects not owned, misaligned or overwritten", bad);
+    qsort(all, n, sizeof(all[0]), cmp_ptr);
+    size_t dup = 0;
+    for (size_t i = 1; i < n; i++)
+        dup += all[i] - all[i - 1] < tpool.obj_size;
+    CHECKF(dup == 0, "%zu objects overlap", dup);
+    CHECK(n > POOL_GETTERS * POOL_OBJS / 2);
+    CHECK(tpool.live == n && tpool.preparing == 0);
+    CHECK(tpool.nready <= 2);
+}
+
 /* ---- threads ---- */
 
 #define STRESS_THREADS 3
@@ -482,6 +692,7 @@ static int stress_reg_fn(void *ctx, void *domain, uint64_t addr, uint64_t len, u
 static void *stress_user(void *arg)
 {
     unsigned seed = (unsigned)(uintptr_t)arg;
+    struct mrc_entry *held = NULL;
     for (int i = 0; i < STRESS_OPS; i++) {
         unsigned s = (unsigned)rand_r(&seed) % STRESS_SLOTS;
         struct mrc_entry *e = NULL;
@@ -492,8 +703,15 @@ static void *stress_user(void *arg)
         struct stress_reg *r = e->reg;
         if (r->gen[s] < before)
             __atomic_fetch_add(&stress_violations, 1, __ATOMIC_RELAXED);
-        mrc_cache_put(&cache, e);
+        /* Each entry is held until the next one is in hand, as a program keeps an MR
+         * while it uses it: an invalidated entry with a user is exactly what the hints
+         * must no longer hand out. */
+        if (held)
+            mrc_cache_put(&cache, held);
+        held = e;
     }
+    if (held)
+        mrc_cache_put(&cache, held);
     return NULL;
 }
 
@@ -505,6 +723,10 @@ static void *stress_invalidator(void *arg)
     while (!__atomic_load_n(&stress_stop, __ATOMIC_SEQ_CST)) {
         unsigned s = (unsigned)rand_r(&seed) % STRESS_SLOTS;
         unsigned n = 1 + (unsigned)rand_r(&seed) % 4;
+        if (rand_r(&seed) % 64 == 0) {        /* every slot: the tree's bulk removal */
+            s = 0;
+            n = STRESS_SLOTS;
+        }
         if (s + n > STRESS_SLOTS)
             n = STRESS_SLOTS - s;
         uint64_t addr = 0x10000000 + (uint64_t)s * PG, len = (uint64_t)n * PG;
@@ -514,6 +736,8 @@ static void *stress_invalidator(void *arg)
         mrc_cache_unmap_done(&cache, ticket, addr, len, MRC_INVAL_MUNMAP);
         for (unsigned k = s; k < s + n; k++)
             __atomic_store_n(&done_gen[k], __atomic_load_n(&slot_gen[k], __ATOMIC_SEQ_CST), __ATOMIC_SEQ_CST);
+        /* Entries then live long enough to reach other threads' hints. */
+        sched_yield();
     }
     return NULL;
 }
@@ -575,6 +799,10 @@ int main(void)
     RUN(test_flush_by_domain);
     RUN(test_forget_never_deregisters);
     RUN(test_gauges_and_stats);
+    RUN(test_invalidate_bulk_in_use_and_idle);
+    RUN(test_invalidate_everything_at_once);
+    RUN(test_pool_reserve_used_before_fresh_chunks);
+    RUN(test_pool_gets_race_refills);
     RUN(test_threads_never_return_invalidated);
     CHECK_EXIT();
 }

@@ -310,6 +310,59 @@ static void remove_matching(uint64_t start, uint64_t last)
            (uintmax_t)start, (uintmax_t)last, got, want, bad);
 }
 
+/* mrc_itree_remove_range's callback: each node once, live, overlapping, in (start,
+ * insertion) order; the model forgets it. */
+struct range_check {
+    uint64_t start, last;
+    const struct tnode *prev;
+    int got, bad;
+};
+
+static void range_removed(struct mrc_itree_node *n, void *arg)
+{
+    struct range_check *rc = arg;
+    struct tnode *tn = tnode_of(n);
+
+    if (tn->live_pos < 0 || !overlaps(n, rc->start, rc->last) ||
+        (rc->prev && (rc->prev->n.start > n->start ||
+                      (rc->prev->n.start == n->start && rc->prev->seq > tn->seq)))) {
+        rc->bad++;
+        return;
+    }
+    model_forget(tn);
+    rc->prev = tn;
+    rc->got++;
+}
+
+/* The same removal in one call (one by one or by rebuilding, as the tree decides). */
+static void remove_range(uint64_t start, uint64_t last)
+{
+    int want = 0;
+
+    for (int i = 0; i < live_n; i++)
+        want += overlaps(&pool[live[i]].n, start, last);
+    struct range_check rc = { start, last, NULL, 0, 0 };
+    size_t n = mrc_itree_remove_range(&tree, start, last, range_removed, &rc);
+    CHECKF(!rc.bad && rc.got == want && n == (size_t)want,
+           "remove_range [%#jx, %#jx]: %zu returned, %d removed of %d, %d bad",
+           (uintmax_t)start, (uintmax_t)last, n, rc.got, want, rc.bad);
+}
+
+/* A range spanning two random live nodes (often a large share of the tree, which
+ * makes remove_range rebuild), or now and then the whole space. */
+static void gen_wide(uint64_t *start, uint64_t *last)
+{
+    if (live_n == 0 || rnd_below(8) == 0) {
+        *start = 0;
+        *last = UINT64_MAX;
+        return;
+    }
+    const struct tnode *a = &pool[live[rnd_below((uint64_t)live_n)]];
+    const struct tnode *b = &pool[live[rnd_below((uint64_t)live_n)]];
+    *start = a->n.start < b->n.start ? a->n.start : b->n.start;
+    *last = a->n.last > b->n.last ? a->n.last : b->n.last;
+}
+
 static int tree_consistent(void)
 {
     int ok = mrc_itree_check(&tree) == 0 && tree.count == (size_t)live_n;
@@ -344,6 +397,14 @@ static void test_random_vs_model(void)
             } else if (r < 41) {
                 gen_query(mask, &s, &l);
                 remove_matching(s, l);
+            } else if (r < 42) {
+                if (rnd_below(2))
+                    gen_query(mask, &s, &l);
+                else
+                    gen_wide(&s, &l);
+                remove_range(s, l);
+                if (!tree_consistent())
+                    return;
             } else if (live_n < target ? r < 80 : r < 55) {
                 if (free_n == 0)
                     continue;
@@ -452,6 +513,38 @@ static void test_top_of_address_space(void)
     CHECK(mrc_itree_iter_first(&t, 0, MAX64 - 4097) == NULL);
     CHECK(mrc_itree_iter_first(&t, MAX64 - 1, MAX64) == &b);
     CHECK(mrc_itree_check(&t) == 0 && t.count == 3);
+}
+
+/* remove_range over a tree of disjoint ranges: none, a few (one by one), a tenth, half
+ * and all (rebuilt), a reversed range; the tree stays valid and usable after each. */
+static void test_remove_range_shares(void)
+{
+    static const struct { uint64_t from, to; } cut[] = {
+        { 5000, 5000 }, { 100, 104 }, { 200, 299 }, { 300, 799 }, { 0, 999 }, { 0, 999 },
+    };
+
+    for (unsigned k = 0; k < sizeof(cut) / sizeof(cut[0]); k++) {
+        model_reset();
+        for (uint64_t i = 0; i < 1000; i++)
+            model_insert(i * 16, i * 16 + 7);
+        uint64_t s = cut[k].from * 16, l = cut[k].to * 16 + 7;
+        if (k == 5)
+            model_remove(&pool[live[0]]);   /* all that is left, with the bounds kept */
+        remove_range(cut[k].from == 5000 ? s + 8 : s, l);
+        if (!tree_consistent())
+            return;
+        for (uint64_t i = 0; i < 100; i++)
+            model_insert(i * 160 + 8, i * 160 + 8);
+        remove_range(1000, 2000);
+        if (!tree_consistent())
+            return;
+        CHECK(compare_query(0, UINT64_MAX) == live_n);
+    }
+    model_reset();
+    model_insert(10, 20);
+    struct range_check rc = { 20, 10, NULL, 0, 0 };
+    CHECK(mrc_itree_remove_range(&tree, 20, 10, range_removed, &rc) == 0);   /* reversed: none */
+    CHECK(rc.got == 0 && tree.count == 1 && live_n == 1);
 }
 
 static void test_empty_and_reversed(void)
@@ -668,6 +761,7 @@ int main(int argc, char **argv)
     RUN(test_top_of_address_space);
     RUN(test_checker_detects_corruption);
     RUN(test_sequential_and_equal);
+    RUN(test_remove_range_shares);
     RUN(test_random_vs_model);
     CHECK_EXIT();
 }
