@@ -49,10 +49,9 @@ void mrc_itree_remove(struct mrc_itree *t, struct mrc_itree_node *n);
 
 /* Removes every node overlapping [start, last] and calls fn(n, arg) on each, in order;
  * returns how many. fn must not use the tree (n's private fields are garbage once it
- * is called, and the tree may be half rebuilt). A few matches are removed one by one,
- * O(log n) each; when they are a large share of the tree, the survivors are relinked
- * into a balanced tree instead, O(n) in all (an unmap over thousands of entries then
- * costs a visit per node rather than a rebalancing removal per match). */
+ * is called). When every node's start lies in the range (an unmap over all cached
+ * memory), the tree is emptied in one O(n) walk; otherwise nodes are removed one by
+ * one, O(log n) each. */
 size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
                               void (*fn)(struct mrc_itree_node *n, void *arg), void *arg);
 

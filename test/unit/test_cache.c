@@ -457,7 +457,7 @@ static void test_invalidate_bulk_in_use_and_idle(void)
     mrc_cache_put(&cache, get(&dom_b, 0x1fff0000, 0x10000 + PG, LW));
     mrc_cache_put(&cache, get(&dom_a, 0x30000000, PG, LW));
     fb.forbidden = 1;
-    /* Slots 100..499 of 602 entries: a rebuild; then a few, one by one. */
+    /* Slots 100..499 of 602 entries, then slot 0 and the one from below. */
     mrc_cache_invalidate(&cache, 0x20000000 + 100 * 2 * PG, 400 * 2 * PG, MRC_INVAL_MUNMAP);
     mrc_cache_invalidate(&cache, 0x20000000, PG, MRC_INVAL_MUNMAP);   /* slot 0 and the one from below */
     fb.forbidden = 0;
@@ -723,7 +723,7 @@ static void *stress_invalidator(void *arg)
     while (!__atomic_load_n(&stress_stop, __ATOMIC_SEQ_CST)) {
         unsigned s = (unsigned)rand_r(&seed) % STRESS_SLOTS;
         unsigned n = 1 + (unsigned)rand_r(&seed) % 4;
-        if (rand_r(&seed) % 64 == 0) {        /* every slot: the tree's bulk removal */
+        if (rand_r(&seed) % 64 == 0) {        /* every slot: often the whole tree at once */
             s = 0;
             n = STRESS_SLOTS;
         }

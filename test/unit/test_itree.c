@@ -334,7 +334,7 @@ static void range_removed(struct mrc_itree_node *n, void *arg)
     rc->got++;
 }
 
-/* The same removal in one call (one by one or by rebuilding, as the tree decides). */
+/* The same removal in one call (one by one, or the whole tree at once). */
 static void remove_range(uint64_t start, uint64_t last)
 {
     int want = 0;
@@ -348,8 +348,8 @@ static void remove_range(uint64_t start, uint64_t last)
            (uintmax_t)start, (uintmax_t)last, n, rc.got, want, rc.bad);
 }
 
-/* A range spanning two random live nodes (often a large share of the tree, which
- * makes remove_range rebuild), or now and then the whole space. */
+/* A range spanning two random live nodes (often a large share of the tree), or now
+ * and then the whole space (which remove_range empties at once). */
 static void gen_wide(uint64_t *start, uint64_t *last)
 {
     if (live_n == 0 || rnd_below(8) == 0) {
@@ -515,8 +515,8 @@ static void test_top_of_address_space(void)
     CHECK(mrc_itree_check(&t) == 0 && t.count == 3);
 }
 
-/* remove_range over a tree of disjoint ranges: none, a few (one by one), a tenth, half
- * and all (rebuilt), a reversed range; the tree stays valid and usable after each. */
+/* remove_range over a tree of disjoint ranges: none, a few, a tenth, half (one by one)
+ * and all (emptied at once), a reversed range; the tree stays valid and usable after. */
 static void test_remove_range_shares(void)
 {
     static const struct { uint64_t from, to; } cut[] = {
