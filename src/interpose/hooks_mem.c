@@ -51,14 +51,8 @@ MRC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off
 
 MRC_EXPORT void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
 {
-    void *new_addr = NULL;
-    /* glibc reads the fifth argument for both flags that take a new address. */
-    if (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {
-        va_list ap;
-        va_start(ap, flags);
-        new_addr = va_arg(ap, void *);
-        va_end(ap);
-    }
+    void *new_addr;
+    MRC_MREMAP_NEW_ADDR(flags, new_addr);
     if (!mrc_real_ensure_libc() || !mrc_real.mremap)
         return (void *)raw_result(syscall(SYS_mremap, old, old_size, new_size, flags, new_addr));
     return mrc_on_mremap(old, old_size, new_size, flags, new_addr);

@@ -6,7 +6,9 @@
 #ifndef MRC_MONITOR_H
 #define MRC_MONITOR_H
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -19,6 +21,24 @@ enum mrc_fn {
 /* Set by patch.c before it writes each jump: the function's libc entry point now lands
  * in the logic below, and mrc_real's pointer for it reaches the kernel directly. */
 extern unsigned mrc_monitor_patched;
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4   /* Linux 5.7; older headers lack it */
+#endif
+
+/* Sets out to mremap's optional fifth argument (the new address), read as glibc reads it:
+ * for both flags that take one. A macro because va_start must be in the variadic
+ * function itself. */
+#define MRC_MREMAP_NEW_ADDR(flags, out)                       \
+    do {                                                      \
+        (out) = NULL;                                         \
+        if ((flags) & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {    \
+            va_list mrc_ap_;                                  \
+            va_start(mrc_ap_, flags);                         \
+            (out) = va_arg(mrc_ap_, void *);                  \
+            va_end(mrc_ap_);                                  \
+        }                                                     \
+    } while (0)
 
 int mrc_on_munmap(void *addr, size_t len);
 /* The same, arriving through source entry point src (ld.so's private munmap). */

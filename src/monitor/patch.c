@@ -37,9 +37,6 @@
 #define MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE (1 << 5)
 #define MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE (1 << 6)
 #endif
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4
-#endif
 
 #define PATCH_LEN 13
 
@@ -82,13 +79,8 @@ static void *raw_mmap(void *a, size_t len, int prot, int flags, int fd, off_t of
 
 static void *raw_mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
 {
-    void *new_addr = NULL;
-    if (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {
-        va_list ap;
-        va_start(ap, flags);
-        new_addr = va_arg(ap, void *);
-        va_end(ap);
-    }
+    void *new_addr;
+    MRC_MREMAP_NEW_ADDR(flags, new_addr);
     return (void *)sys_result(SC(SYS_mremap, old, old_size, new_size, flags, new_addr, 0));
 }
 
@@ -152,13 +144,8 @@ static void *p_mmap(void *a, size_t len, int prot, int flags, int fd, off_t off)
 
 static void *p_mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
 {
-    void *new_addr = NULL;
-    if (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {
-        va_list ap;
-        va_start(ap, flags);
-        new_addr = va_arg(ap, void *);
-        va_end(ap);
-    }
+    void *new_addr;
+    MRC_MREMAP_NEW_ADDR(flags, new_addr);
     probe(MRC_FN_MREMAP, old);
     return mrc_on_mremap(old, old_size, new_size, flags, new_addr);
 }
@@ -538,13 +525,8 @@ static void *o_mmap(void *a, size_t len, int prot, int flags, int fd, off_t off)
 
 static void *o_mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
 {
-    void *new_addr = NULL;
-    if (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {
-        va_list ap;
-        va_start(ap, flags);
-        new_addr = va_arg(ap, void *);
-        va_end(ap);
-    }
+    void *new_addr;
+    MRC_MREMAP_NEW_ADDR(flags, new_addr);
     VIA_ORIG(MRC_FN_MREMAP, void *(*)(void *, size_t, size_t, int, ...),
              raw_mremap(old, old_size, new_size, flags, new_addr), old, old_size, new_size, flags, new_addr);
 }
