@@ -23,6 +23,12 @@
 /* MR handles: one chunk (about 1k handles) covers a burst of registrations kept open. */
 #define HANDLE_RESERVE 1
 
+/* What the thread is asked to do: a deregistration drain or a refill of the pools'
+ * reserves. Kept apart so that refills, asked for every few hundred misses, never
+ * add drains (back-end calls) beside the program's own. */
+#define WAKE_DRAIN 1u
+#define WAKE_REFILL 2u
+
 static uint32_t wake_word;
 static int started;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -31,11 +37,15 @@ static void *drainer_main(void *arg)
 {
     (void)arg;
     for (;;) {
-        while (!__atomic_exchange_n(&wake_word, 0, __ATOMIC_ACQ_REL))
+        uint32_t w;
+        while (!(w = __atomic_exchange_n(&wake_word, 0, __ATOMIC_ACQ_REL)))
             syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
-        mrc_cache_drain(&mrc_g.cache);
-        mrc_cache_refill(&mrc_g.cache);
-        mrc_pool_refill(&mrc_g.handles);
+        if (w & WAKE_DRAIN)
+            mrc_cache_drain(&mrc_g.cache);
+        if (w & WAKE_REFILL) {
+            mrc_cache_refill(&mrc_g.cache);
+            mrc_pool_refill(&mrc_g.handles);
+        }
     }
     return NULL;
 }
@@ -63,22 +73,34 @@ void mrc_drainer_start(void)
             pthread_setname_np(t, "mrcache-drain");
         __atomic_store_n(&started, rc == 0, __ATOMIC_RELEASE);
         if (rc == 0) {
-            mrc_cache_set_reserve(&mrc_g.cache, mrc_drainer_wake, NULL);
-            mrc_pool_set_reserve(&mrc_g.handles, HANDLE_RESERVE, mrc_drainer_wake, NULL);
-            mrc_drainer_wake(NULL);   /* fill the reserves before the first miss needs them */
+            mrc_cache_set_reserve(&mrc_g.cache, mrc_drainer_refill, NULL);
+            mrc_pool_set_reserve(&mrc_g.handles, HANDLE_RESERVE, mrc_drainer_refill, NULL);
+            mrc_drainer_refill(NULL);   /* fill the reserves before the first miss needs them */
         }
     }
     pthread_mutex_unlock(&start_lock);
 }
 
-void mrc_drainer_wake(void *arg)
+/* A futex wake only when no request was pending: a pending one is seen with ours. */
+static void wake(uint32_t what)
 {
-    (void)arg;
-    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || __atomic_exchange_n(&wake_word, 1, __ATOMIC_ACQ_REL))
+    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || __atomic_fetch_or(&wake_word, what, __ATOMIC_ACQ_REL))
         return;
     int saved = errno;
     syscall(SYS_futex, &wake_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     errno = saved;
+}
+
+void mrc_drainer_wake(void *arg)
+{
+    (void)arg;
+    wake(WAKE_DRAIN);
+}
+
+void mrc_drainer_refill(void *arg)
+{
+    (void)arg;
+    wake(WAKE_REFILL);
 }
 
 void mrc_drainer_forget(void)

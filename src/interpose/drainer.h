@@ -6,9 +6,11 @@
 /* Starts the thread once and gives the pools their reserves. Not from a hook. */
 void mrc_drainer_start(void);
 
-/* Wakes it (the cache's deferred_full callback and the pools' low-reserve one): safe in
- * any hook. */
+/* Wakes it to drain (the cache's deferred_full callback): safe in any hook. */
 void mrc_drainer_wake(void *arg);
+
+/* Wakes it to refill the reserves (the pools' low-reserve callback): the same. */
+void mrc_drainer_refill(void *arg);
 
 /* In a forked child: the thread is not there; the next start makes a new one. */
 void mrc_drainer_forget(void);
