@@ -8,7 +8,7 @@ MON_FAKE := $(BUILD)/test/libmrc_fakepatch.so
 # preload.mk is included after this fragment: its $(PRELOAD) is not defined yet.
 MON_RUN := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off MRCACHE_MALLOC_HOOKS=0
 
-$(MON_BIN): test/monitor/test_monitor_paths.c test/preload/common.h test/check.h $(SNIC_DEPS)
+$(MON_BIN): test/monitor/test_monitor_paths.c test/preload/common.h test/preload/stale.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 

@@ -3,7 +3,7 @@
 PRELOAD_BINS := $(BUILD)/test/test_unmap_paths $(BUILD)/test/test_verbs
 PRELOAD := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB))
 
-$(BUILD)/test/test_%: test/preload/test_%.c test/preload/common.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
+$(BUILD)/test/test_%: test/preload/test_%.c test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 

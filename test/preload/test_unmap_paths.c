@@ -9,47 +9,17 @@
  * keep their cache hits. */
 #include <dlfcn.h>
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <sys/ipc.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "stale.h"
 
-static int expect_stale;
 static long pg;
 
 typedef void (*change_fn)(void *p, size_t len);
-
-/* glibc's size field of the chunk at mem, read as an address would be: the compiler must
- * not reason about the object (these tests use addresses after free on purpose). */
-__attribute__((noipa)) static size_t chunk_field(uintptr_t mem)
-{
-    return *(volatile size_t *)(mem - sizeof(size_t));
-}
-
-/* An address kept across free/realloc, as a number: a pointer again when used. */
-__attribute__((noipa)) static char *at(uintptr_t a)
-{
-    return (char *)a;
-}
-
-/* Each test registers in a pd of its own: the cache keys on the pd, so a stale entry
- * left by one test (under EXPECT_STALE) cannot serve another. */
-static void new_pd(void)
-{
-    if (pd)
-        nic_dealloc_pd(pd);
-    pd = ibv_alloc_pd(ctx);
-    if (!pd) {
-        fprintf(stderr, "ibv_alloc_pd failed\n");
-        exit(2);
-    }
-    nic_prepare_pd(pd);     /* a real device's loopback QPs: before the test lays out memory */
-}
 
 /* The core check: the re-registration must see the current pages. */
 static void stale_check(void *p, size_t len, change_fn change)
@@ -65,11 +35,7 @@ static void stale_check(void *p, size_t len, change_fn change)
     CHECK(b != NULL);
     if (!b)
         return;
-    int visible = write_visible(b, p, len, 0x22);
-    if (expect_stale)
-        CHECKF(!visible, "expected the stale MR's write to be invisible");
-    else
-        CHECKF(visible, "the write through the new MR is not in the current mapping: stale MR");
+    check_outcome(write_visible(b, p, len, 0x22), "the range registered again");
     CHECK(ibv_dereg_mr(b) == 0);
 }
 
@@ -106,19 +72,6 @@ static void ch_madv_dontneed(void *p, size_t len)
 static void ch_madv_remove(void *p, size_t len)
 {
     CHECK(madvise(p, len, MADV_REMOVE) == 0);
-}
-
-/* The kernel directly, as allocators that make their own system calls do: no hook and
- * no patched entry point sees these; only the userfaultfd source does. */
-static long inline_syscall6(long n, long a, long b, long c, long d, long e, long f)
-{
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    register long r9 __asm__("r9") = f;
-    long r;
-    __asm__ volatile("syscall" : "=a"(r) : "0"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                     : "rcx", "r11", "memory");
-    return r;
 }
 
 static void *inline_mmap(void *hint, size_t len, int flags)
@@ -189,8 +142,7 @@ static void test_shmat_remap(void)
     CHECK(shmat(id2, p, SHM_REMAP) == p);
     struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
     CHECK(b != NULL);
-    int visible = b && write_visible(b, p, LEN, 0x22);
-    CHECK(expect_stale ? !visible : visible);
+    check_outcome(b && write_visible(b, p, LEN, 0x22), "shmat SHM_REMAP");
     ibv_dereg_mr(b);
     shmdt(p);
     shmctl(id1, IPC_RMID, NULL);
@@ -208,8 +160,7 @@ static void test_shmdt_shmat(void)
     CHECK(shmdt(p) == 0);
     CHECK(shmat(id2, p, 0) == p);
     struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    int visible = b && write_visible(b, p, LEN, 0x22);
-    CHECK(expect_stale ? !visible : visible);
+    check_outcome(b && write_visible(b, p, LEN, 0x22), "shmdt + shmat");
     ibv_dereg_mr(b);
     shmdt(p);
     shmctl(id1, IPC_RMID, NULL);
@@ -222,7 +173,7 @@ static void ch_brk(void *p, size_t len)
     CHECK(sbrk((intptr_t)len) == p);
 }
 
-static void test_brk_shrink(void)
+static void brk_shrink_body(void)
 {
     /* Our own piece of the heap's end, page aligned; malloc copes with foreign sbrk. */
     char *cur = sbrk(0);
@@ -234,28 +185,8 @@ static void test_brk_shrink(void)
     sbrk(-(intptr_t)(LEN + pad));
 }
 
-#define BIG (40u << 20)   /* above glibc's largest dynamic mmap threshold: always mmapped */
-
-static void test_free_of_mmapped_chunk(void)
-{
-    uintptr_t pa = (uintptr_t)malloc(BIG);
-    char *p = at(pa);
-    CHECK(p && (chunk_field(pa) & 2));
-    char *chunk = at(pa - 16);
-    size_t clen = chunk_field(pa) & ~(size_t)7;
-    struct ibv_mr *a = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    CHECK(a && write_visible(a, p, BIG, 0x11));
-    ibv_dereg_mr(a);
-    free(p);   /* glibc munmaps the chunk internally: no munmap hook sees it */
-    p = at(pa);
-    chunk = at(pa - 16);
-    CHECK(map_anon(chunk, clen, MAP_FIXED_NOREPLACE) == chunk);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    int visible = b && write_visible(b, p, BIG, 0x22);
-    CHECK(expect_stale ? !visible : visible);
-    ibv_dereg_mr(b);
-    munmap(chunk, clen);
-}
+/* In a child: it moves the heap's end. */
+static void test_brk_shrink(void) { in_child(brk_shrink_body); }
 
 static void test_realloc_moves_mmapped_chunk(void)
 {
@@ -275,74 +206,12 @@ static void test_realloc_moves_mmapped_chunk(void)
     CHECK(q && (uintptr_t)q != pa);
     CHECK(map_anon(chunk, clen, MAP_FIXED_NOREPLACE) == chunk);
     struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    int visible = b && write_visible(b, p, BIG, 0x22);
-    CHECK(expect_stale ? !visible : visible);
+    check_outcome(b && write_visible(b, p, BIG, 0x22), "realloc moving an mmapped chunk");
     ibv_dereg_mr(b);
     munmap(chunk, clen);
     free(q);
     if (fence)
         munmap(fence, (size_t)pg);
-}
-
-static void test_heap_trim_in_free(void)
-{
-    /* A 4 MiB chunk from the main heap, at its top: freeing it trims the heap (above
-     * the 128 KiB trim threshold), and the next malloc grows it again with new pages. */
-    CHECK(mallopt(M_MMAP_THRESHOLD, 64 << 20) == 1);
-    /* A free 1 MiB chunk below a guard: the NIC's own small allocations while
-     * registering are carved from it, not after our chunk (which would keep our chunk
-     * from the heap's top and stop the trim this test is about). */
-    char *w = map_anon(NULL, (size_t)pg, 0);
-    struct ibv_mr *warm = ibv_reg_mr(pd, w, (size_t)pg, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));   /* the NIC's lazy set-up */
-    CHECK(warm && ibv_dereg_mr(warm) == 0);
-    void *room = malloc(1u << 20);
-    void *guard = malloc(32);
-    free(room);
-    size_t n = 4u << 20;
-    uintptr_t pa = (uintptr_t)malloc(n);
-    char *p = at(pa);
-    CHECK(p && !(chunk_field(pa) & 2));
-    struct ibv_mr *a = ibv_reg_mr(pd, p, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    CHECK(a && write_visible(a, p, n, 0x11));
-    ibv_dereg_mr(a);
-    char *brk_before = sbrk(0);
-    free(p);
-    CHECK((char *)sbrk(0) < brk_before);      /* the heap really shrank */
-    char *q = malloc(n);
-    CHECK((uintptr_t)q == pa);
-    struct ibv_mr *b = ibv_reg_mr(pd, q, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    int visible = b && write_visible(b, q, n, 0x22);
-    CHECK(expect_stale ? !visible : visible);
-    ibv_dereg_mr(b);
-    free(q);
-    free(guard);
-}
-
-static void test_malloc_trim(void)
-{
-    /* A freed chunk inside the heap (a neighbour keeps it from the top): malloc_trim
-     * discards its pages; the next malloc of the same size gets it back, zero-filled.
-     * 112 KiB stays below glibc's initial mmap threshold. */
-    size_t n = 112u << 10;
-    uintptr_t pa = (uintptr_t)malloc(n);
-    char *p = at(pa);
-    char *guard = malloc(64);
-    CHECK(p && guard && !(chunk_field(pa) & 2));
-    struct ibv_mr *a = ibv_reg_mr(pd, p, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    CHECK(a && write_visible(a, p, n, 0x11));
-    ibv_dereg_mr(a);
-    free(p);
-    CHECK(malloc_trim(0) == 1);
-    char *q = malloc(n);
-    CHECK((uintptr_t)q == pa);
-    struct ibv_mr *b = ibv_reg_mr(pd, q, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    /* malloc_trim discards whole pages inside the free chunk, not its first page. */
-    size_t off = 2 * (size_t)pg, len = n - 4 * (size_t)pg;
-    int visible = b && write_visible(b, q + off, len, 0x22);
-    CHECK(expect_stale ? !visible : visible);
-    ibv_dereg_mr(b);
-    free(q);
-    free(guard);
 }
 
 static void test_free_keeping_pages_keeps_hits(void)
@@ -368,34 +237,17 @@ static void test_free_keeping_pages_keeps_hits(void)
     free(guard);
 }
 
-/* Whether libmrcache runs its userfaultfd source, the only one that sees raw system
- * calls: without it these tests expect the stale MR (a negative control, run by
- * default; test/uffd/uffd.mk runs them with it). */
-static int uffd_on(void)
-{
-    int m = mrcache_monitors();
-    return m > 0 && (m & MRCACHE_MONITOR_UFFD);
-}
-
-static void raw_check(void *p, size_t len, change_fn change)
-{
-    int saved = expect_stale;
-    expect_stale = expect_stale || !uffd_on();
-    stale_check(p, len, change);
-    expect_stale = saved;
-}
-
 static void test_raw_syscall_munmap(void)
 {
     void *p = map_anon(NULL, LEN, 0);
-    raw_check(p, LEN, ch_raw_syscall_munmap);
+    stale_check(p, LEN, ch_raw_syscall_munmap);
     munmap(p, LEN);
 }
 
 static void test_inline_syscall_munmap(void)
 {
     void *p = map_anon(NULL, LEN, 0);
-    raw_check(p, LEN, ch_inline_syscall_munmap);
+    stale_check(p, LEN, ch_inline_syscall_munmap);
     munmap(p, LEN);
 }
 
@@ -416,33 +268,25 @@ static void test_raw_syscall_allocator(void)
     struct ibv_mr *b = q ? ibv_reg_mr(pd, q, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE)) : NULL;
     CHECK(b != NULL);
     if (b) {
-        int visible = write_visible(b, q, LEN, 0x55);
-        if (expect_stale || !uffd_on())
-            CHECKF(!visible, "expected the stale MR's write to be invisible");
-        else
-            CHECKF(visible, "the write through the new MR is not in the current mapping: stale MR");
+        check_outcome(write_visible(b, q, LEN, 0x55), "the allocator's own mmap");
         CHECK(ibv_dereg_mr(b) == 0);
     }
     if (q)
         inline_syscall6(SYS_munmap, (long)q, LEN, 0, 0, 0, 0);
 }
 
-/* Runs a test in a child process: it moves the heap's end or changes malloc's
- * settings, which must not leak into the other tests' heap. */
-static void (*child_body)(void);
-static void in_child(void)
+/* Raw system calls are seen by the userfaultfd source alone: without it these tests
+ * expect the stale MR (a negative control, run by default; test/uffd/uffd.mk runs them
+ * with it). */
+static void (*raw_body)(void);
+static void as_raw(void)
 {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        open_nic();     /* a child opens its own device, as a real one must */
-        child_body();
-        _exit(check_failures ? 1 : 0);
-    }
-    int st = 0;
-    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int saved = expect_stale;
+    expect_stale = expect_stale || !uffd_on();
+    raw_body();
+    expect_stale = saved;
 }
-#define RUN_CHILD(fn) (new_pd(), child_body = fn, check_run(#fn, in_child))
+#define RUN_RAW(fn) (new_pd(), raw_body = fn, check_run(#fn, as_raw))
 
 int main(void)
 {
@@ -459,13 +303,13 @@ int main(void)
     RUN(test_madvise_remove);
     RUN(test_shmat_remap);
     RUN(test_shmdt_shmat);
-    RUN_CHILD(test_brk_shrink);
+    RUN(test_brk_shrink);
     /* The userfaultfd reports MADV_FREE as it does MADV_DONTNEED: the source invalidates. */
     if (!expect_stale && !uffd_on())
         RUN(test_madvise_free_keeps_hit);
-    RUN(test_raw_syscall_munmap);
-    RUN(test_inline_syscall_munmap);
-    RUN(test_raw_syscall_allocator);
+    RUN_RAW(test_raw_syscall_munmap);
+    RUN_RAW(test_inline_syscall_munmap);
+    RUN_RAW(test_raw_syscall_allocator);
     /* The rest read glibc's chunk headers: meaningless under a sanitizer's allocator. */
     if (dlsym(RTLD_DEFAULT, "__asan_init")) {
         check_skip("test_glibc_allocator_paths", "the allocator is the sanitizer's, not glibc's");
@@ -475,6 +319,6 @@ int main(void)
     RUN(test_realloc_moves_mmapped_chunk);
     RUN(test_malloc_trim);
     RUN(test_free_keeping_pages_keeps_hits);
-    RUN_CHILD(test_heap_trim_in_free);
+    RUN(test_heap_trim_in_free);
     CHECK_EXIT();
 }

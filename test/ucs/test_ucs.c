@@ -10,34 +10,12 @@
  * that they can fail. With libucs, UCX's own VM_UNMAPPED callback must still fire for
  * those unmaps. LATE_LIB=none runs the same paths with nothing loaded late. */
 #include <dlfcn.h>
-#include <malloc.h>
-#include <pthread.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "stale.h"
 
-static int expect_stale, with_ucs;
-static long pg;
+static int with_ucs;
 static int (*libc_munmap)(void *, size_t);
-
-static void check_outcome(int visible, const char *what)
-{
-    if (expect_stale)
-        CHECKF(!visible, "%s: expected the stale MR's write to be invisible", what);
-    else
-        CHECKF(visible, "%s: the write through the new MR is not in the current mapping: stale MR", what);
-}
-
-__attribute__((noipa)) static char *at(uintptr_t a)
-{
-    return (char *)a;
-}
-
-__attribute__((noipa)) static size_t chunk_field(uintptr_t mem)
-{
-    return *(volatile size_t *)(mem - sizeof(size_t));
-}
 
 /* ---- UCX's view: ucm_set_event_handler (ucm/api/ucm.h), looked up, not linked ---- */
 
@@ -75,169 +53,28 @@ static void ucx_check(const char *what)
 
 #define LEN (1u << 20)
 
-static void test_libc_munmap_entry(void)
+/* Registers, unmaps with unmap, maps the same address again and registers again. */
+static void munmap_path(int (*unmap)(void *, size_t), const char *what)
 {
-    /* Called at libc's entry, as glibc's own callers reach it (no PLT, no preload hook). */
     char *p = map_anon(NULL, LEN, 0);
     struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
     CHECK(a && write_visible(a, p, LEN, 0x11));
     ibv_dereg_mr(a);
     ucx_expect(p);
-    CHECK(libc_munmap(p, LEN) == 0);
-    ucx_check("munmap at libc's entry");
+    CHECK(unmap(p, LEN) == 0);
+    ucx_check(what);
     CHECK(map_anon(p, LEN, MAP_FIXED_NOREPLACE) == p);
     struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
-    check_outcome(b && write_visible(b, p, LEN, 0x22), "munmap at libc's entry");
+    check_outcome(b && write_visible(b, p, LEN, 0x22), what);
     ibv_dereg_mr(b);
     munmap(p, LEN);
 }
 
-static void test_plt_munmap_reaches_ucx(void)
-{
-    /* Through the PLT: the preload hook, whose "real" munmap must be UCX's hook now. */
-    char *p = map_anon(NULL, LEN, 0);
-    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
-    CHECK(a && write_visible(a, p, LEN, 0x11));
-    ibv_dereg_mr(a);
-    ucx_expect(p);
-    CHECK(munmap(p, LEN) == 0);
-    ucx_check("munmap through the PLT");
-    CHECK(map_anon(p, LEN, MAP_FIXED_NOREPLACE) == p);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
-    check_outcome(b && write_visible(b, p, LEN, 0x22), "munmap through the PLT");
-    ibv_dereg_mr(b);
-    munmap(p, LEN);
-}
+/* Called at libc's entry, as glibc's own callers reach it (no PLT, no preload hook). */
+static void test_libc_munmap_entry(void) { munmap_path(libc_munmap, "munmap at libc's entry"); }
 
-#define BIG (40u << 20)   /* above glibc's largest dynamic mmap threshold: always mmapped */
-
-static void test_free_of_mmapped_chunk(void)
-{
-    uintptr_t pa = (uintptr_t)malloc(BIG);
-    char *p = at(pa);
-    CHECK(p && (chunk_field(pa) & 2));
-    char *chunk = at(pa - 16);
-    size_t clen = chunk_field(pa) & ~(size_t)7;
-    struct ibv_mr *a = ibv_reg_mr(pd, p, BIG, IBV_ACCESS_LOCAL_WRITE);
-    CHECK(a && write_visible(a, p, BIG, 0x11));
-    ibv_dereg_mr(a);
-    ucx_expect(p);
-    free(p);   /* glibc munmaps the chunk internally */
-    ucx_check("free of an mmapped chunk");
-    p = at(pa);
-    chunk = at(pa - 16);
-    CHECK(map_anon(chunk, clen, MAP_FIXED_NOREPLACE) == chunk);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, IBV_ACCESS_LOCAL_WRITE);
-    check_outcome(b && write_visible(b, p, BIG, 0x22), "free of an mmapped chunk");
-    ibv_dereg_mr(b);
-    munmap(chunk, clen);
-}
-
-static void heap_trim_body(void)
-{
-    /* A 4 MiB chunk at the main heap's top: freeing it trims the heap through __sbrk
-     * inside glibc (UCX's sbrk hook, which calls brk(2) itself); the next malloc grows it
-     * again with new pages. The NIC's small allocations go to a freed 1 MiB chunk below
-     * a guard, so they do not land after ours and stop the trim. */
-    CHECK(mallopt(M_MMAP_THRESHOLD, 64 << 20) == 1);
-    char *w = map_anon(NULL, (size_t)pg, 0);
-    struct ibv_mr *warm = ibv_reg_mr(pd, w, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
-    CHECK(warm && ibv_dereg_mr(warm) == 0);
-    void *room = malloc(1u << 20);
-    void *guard = malloc(32);
-    free(room);
-    size_t n = 4u << 20;
-    uintptr_t pa = (uintptr_t)malloc(n);
-    char *p = at(pa);
-    CHECK(p && !(chunk_field(pa) & 2));
-    struct ibv_mr *a = ibv_reg_mr(pd, p, n, IBV_ACCESS_LOCAL_WRITE);
-    CHECK(a && write_visible(a, p, n, 0x11));
-    ibv_dereg_mr(a);
-    char *brk_before = sbrk(0);
-    ucx_expect(p + n - 1);
-    free(p);
-    ucx_check("heap trimmed in free");
-    CHECK((char *)sbrk(0) < brk_before);      /* the heap really shrank */
-    char *q = malloc(n);
-    CHECK((uintptr_t)q == pa);
-    struct ibv_mr *b = ibv_reg_mr(pd, q, n, IBV_ACCESS_LOCAL_WRITE);
-    check_outcome(b && write_visible(b, q, n, 0x22), "heap trimmed in free");
-    ibv_dereg_mr(b);
-    free(q);
-    free(guard);
-}
-
-/* In a forked child with its own device: it moves the heap's end and changes malloc's
- * settings, which must not leak into the other tests. */
-static void test_heap_trim_in_free(void)
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        open_nic();
-        check_failures = 0;
-        heap_trim_body();
-        _exit(check_failures ? 1 : 0);
-    }
-    int st = 0;
-    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-}
-
-/* glibc madvises the unused part of a thread's stack at thread exit and gives the
- * cached stack to the next thread. */
-#define STK_BUF (256u << 10)
-static uintptr_t stack_addr[2];
-static int stack_round;
-
-__attribute__((noinline)) static void stack_body(void)
-{
-    __attribute__((aligned(4096))) char buf[STK_BUF];
-    int r = stack_round;
-    stack_addr[r] = (uintptr_t)buf;
-    if (r == 0 || stack_addr[1] != stack_addr[0]) {
-        struct ibv_mr *a = ibv_reg_mr(pd, buf, STK_BUF, IBV_ACCESS_LOCAL_WRITE);
-        CHECK(a && write_visible(a, buf, STK_BUF, 0x11));
-        if (a)
-            ibv_dereg_mr(a);
-        return;
-    }
-    struct ibv_mr *b = ibv_reg_mr(pd, buf, STK_BUF, IBV_ACCESS_LOCAL_WRITE);
-    CHECK(b != NULL);
-    check_outcome(b && write_visible(b, buf, STK_BUF, 0x22), "reused thread stack");
-    if (b)
-        ibv_dereg_mr(b);
-    __asm__ volatile("" ::"r"(buf) : "memory");
-}
-
-static void *stack_thread(void *arg)
-{
-    (void)arg;
-    stack_body();
-    return NULL;
-}
-
-static void test_thread_stack_reuse(void)
-{
-    pthread_attr_t at_;
-    pthread_attr_init(&at_);
-    pthread_attr_setstacksize(&at_, 2u << 20);
-    for (stack_round = 0; stack_round < 2; stack_round++) {
-        pthread_t t;
-        CHECK(pthread_create(&t, &at_, stack_thread, NULL) == 0);
-        CHECK(pthread_join(t, NULL) == 0);
-    }
-    pthread_attr_destroy(&at_);
-    CHECKF(stack_addr[0] == stack_addr[1], "the second thread did not get the first one's stack");
-}
-
-static void new_pd(void)
-{
-    if (pd)
-        ibv_dealloc_pd(pd);
-    pd = ibv_alloc_pd(ctx);
-    if (!pd)
-        exit(2);
-}
+/* Through the PLT: the preload hook, whose "real" munmap must be UCX's hook now. */
+static void test_plt_munmap_reaches_ucx(void) { munmap_path(munmap, "munmap through the PLT"); }
 
 /* The late library, loaded once the cache is in use (as a transport plugin would be). */
 static int load_late(const char *lib)
@@ -280,7 +117,10 @@ static void test_late_library_loaded(void)
 int main(void)
 {
     expect_stale = getenv("EXPECT_STALE") && atoi(getenv("EXPECT_STALE"));
-    pg = sysconf(_SC_PAGESIZE);
+    /* The glibc paths of stale.h report their unmaps to UCX's view too (heap trimming
+     * goes through UCX's sbrk hook, which calls brk(2) itself). */
+    unmap_watch.expect = ucx_expect;
+    unmap_watch.check = ucx_check;
     void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
     libc_munmap = (int (*)(void *, size_t))dlsym(libc, "munmap");
     const char *lib = getenv("LATE_LIB") ? getenv("LATE_LIB") : "libucs.so.0";

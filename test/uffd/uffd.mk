@@ -6,7 +6,7 @@
 UFFD_BIN := $(BUILD)/test/test_uffd
 UFFD_RUN := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off
 
-$(UFFD_BIN): test/uffd/test_uffd.c test/preload/common.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
+$(UFFD_BIN): test/uffd/test_uffd.c test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 

@@ -14,9 +14,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-#include "common.h"
+#include "stale.h"
 
-static int expect_stale;
 static uint64_t period;
 static long pg;
 
@@ -29,19 +28,6 @@ static struct mrcache_stats stats_now(void)
         exit(2);
     }
     return s;
-}
-
-/* Each test registers in a pd of its own: the cache keys on the pd, so a stale entry
- * left by one test (under MRCACHE_MONITOR=none) cannot serve another. */
-static void new_pd(void)
-{
-    if (pd)
-        nic_dealloc_pd(pd);
-    pd = ibv_alloc_pd(ctx);
-    if (!pd) {
-        fprintf(stderr, "ibv_alloc_pd failed\n");
-        exit(2);
-    }
 }
 
 /* stderr into a file while fn runs; what was written, NUL-terminated, in buf. */

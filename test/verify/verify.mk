@@ -7,7 +7,7 @@ VERIFY_BIN := $(BUILD)/test/test_verify
 VERIFY_BENCH := $(BUILD)/test/bench_verify
 VERIFY_RUN := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off
 
-$(VERIFY_BIN): test/verify/test_verify.c test/preload/common.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
+$(VERIFY_BIN): test/verify/test_verify.c test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 

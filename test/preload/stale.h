@@ -1,0 +1,252 @@
+/* stale.h - what the programs that change registered memory behind the cache's back share
+ * (test_unmap_paths, test_monitor_paths, test_ucs, test_uffd, test_verify): a pd per test,
+ * the verdict EXPECT_STALE inverts, glibc's chunk headers read by address, a forked
+ * child's run, and the glibc paths several of them take (a thread's reused stack, free of
+ * an mmapped chunk, malloc_trim, heap trimming in free). Header-only, over common.h. */
+#ifndef MRC_PRELOAD_STALE_H
+#define MRC_PRELOAD_STALE_H
+
+#include <malloc.h>
+#include <pthread.h>
+#include <sys/wait.h>
+
+#include "common.h"
+
+/* Set by main from EXPECT_STALE: the run leaves out the source that would see the
+ * change, so the write through the new MR must be lost (proof that the checks can fail). */
+static int expect_stale;
+
+/* Each test registers in a pd of its own: the cache keys on the pd, so a stale entry
+ * left by one test (in a run with no source that sees its change) cannot serve another. */
+static inline void new_pd(void)
+{
+    if (pd)
+        nic_dealloc_pd(pd);
+    pd = ibv_alloc_pd(ctx);
+    if (!pd) {
+        fprintf(stderr, "ibv_alloc_pd failed\n");
+        exit(2);
+    }
+    nic_prepare_pd(pd);     /* a real device's loopback QPs: before the test lays out memory */
+}
+
+/* The verdict on a write through a new MR of memory that was changed: in the current
+ * mapping, or under EXPECT_STALE lost in the old pages. */
+static inline void check_outcome(int visible, const char *what)
+{
+    if (expect_stale)
+        CHECKF(!visible, "%s: expected the stale MR's write to be invisible", what);
+    else
+        CHECKF(visible, "%s: the write through the new MR is not in the current mapping: stale MR", what);
+}
+
+/* Whether libmrcache runs its userfaultfd source, the only one that sees raw system calls. */
+static inline int uffd_on(void)
+{
+    int m = mrcache_monitors();
+    return m > 0 && (m & MRCACHE_MONITOR_UFFD);
+}
+
+/* The kernel directly, as allocators that make their own system calls do: no hook and
+ * no patched entry point sees these; only the userfaultfd source does. */
+static inline long inline_syscall6(long n, long a, long b, long c, long d, long e, long f)
+{
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "0"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return r;
+}
+
+/* Runs body in a forked child with its own device: it moves the heap's end or changes
+ * malloc's settings (which must not leak into the other tests), or checks what a child
+ * inherits. The child's failures fail the calling test. */
+static inline void in_child(void (*body)(void))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        open_nic();     /* a child opens its own device, as a real one must */
+        check_failures = 0;
+        body();
+        _exit(check_failures ? 1 : 0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* A program that also watches unmaps another way (test_ucs: UCX's own callback) sets
+ * these; the shared paths below call them around the unmaps glibc makes inside. */
+static struct {
+    void (*expect)(const void *addr);   /* addr: in what the next unmap takes */
+    void (*check)(const char *what);    /* that unmap is done */
+} unmap_watch;
+
+static inline void unmap_watch_expect(const void *addr)
+{
+    if (unmap_watch.expect)
+        unmap_watch.expect(addr);
+}
+
+static inline void unmap_watch_check(const char *what)
+{
+    if (unmap_watch.check)
+        unmap_watch.check(what);
+}
+
+/* ---- glibc's allocator ---- */
+
+/* glibc's size field of the chunk at mem, read as an address would be: the compiler must
+ * not reason about the object (these tests use addresses after free on purpose). */
+__attribute__((noipa, unused)) static size_t chunk_field(uintptr_t mem)
+{
+    return *(volatile size_t *)(mem - sizeof(size_t));
+}
+
+/* An address kept across free/realloc, as a number: a pointer again when used. */
+__attribute__((noipa, unused)) static char *at(uintptr_t a)
+{
+    return (char *)a;
+}
+
+#define BIG (40u << 20)   /* above glibc's largest dynamic mmap threshold: always mmapped */
+
+static inline void test_free_of_mmapped_chunk(void)
+{
+    uintptr_t pa = (uintptr_t)malloc(BIG);
+    char *p = at(pa);
+    CHECK(p && (chunk_field(pa) & 2));
+    char *chunk = at(pa - 16);
+    size_t clen = chunk_field(pa) & ~(size_t)7;
+    struct ibv_mr *a = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    CHECK(a && write_visible(a, p, BIG, 0x11));
+    ibv_dereg_mr(a);
+    unmap_watch_expect(p);
+    free(p);   /* glibc munmaps the chunk internally: no munmap hook sees it */
+    unmap_watch_check("free of an mmapped chunk");
+    p = at(pa);
+    chunk = at(pa - 16);
+    CHECK(map_anon(chunk, clen, MAP_FIXED_NOREPLACE) == chunk);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    check_outcome(b && write_visible(b, p, BIG, 0x22), "free of an mmapped chunk");
+    ibv_dereg_mr(b);
+    munmap(chunk, clen);
+}
+
+static inline void test_malloc_trim(void)
+{
+    /* A freed chunk inside the heap (a neighbour keeps it from the top): malloc_trim
+     * discards its pages; the next malloc of the same size gets it back, zero-filled.
+     * 112 KiB stays below glibc's initial mmap threshold. */
+    size_t n = 112u << 10, page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t pa = (uintptr_t)malloc(n);
+    char *p = at(pa);
+    char *guard = malloc(64);
+    CHECK(p && guard && !(chunk_field(pa) & 2));
+    struct ibv_mr *a = ibv_reg_mr(pd, p, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    CHECK(a && write_visible(a, p, n, 0x11));
+    ibv_dereg_mr(a);
+    free(p);
+    CHECK(malloc_trim(0) == 1);
+    char *q = malloc(n);
+    CHECK((uintptr_t)q == pa);
+    struct ibv_mr *b = ibv_reg_mr(pd, q, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    /* malloc_trim discards whole pages inside the free chunk, not its first page. */
+    size_t off = 2 * page, len = n - 4 * page;
+    check_outcome(b && write_visible(b, q + off, len, 0x22), "malloc_trim");
+    ibv_dereg_mr(b);
+    free(q);
+    free(guard);
+}
+
+static inline void heap_trim_body(void)
+{
+    /* A 4 MiB chunk at the main heap's top: freeing it trims the heap (above the 128 KiB
+     * trim threshold) through sbrk inside glibc, and the next malloc grows it again with
+     * new pages. */
+    CHECK(mallopt(M_MMAP_THRESHOLD, 64 << 20) == 1);
+    /* A free 1 MiB chunk below a guard: the NIC's own small allocations while
+     * registering are carved from it, not after our chunk (which would keep our chunk
+     * from the heap's top and stop the trim this test is about). */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *w = map_anon(NULL, page, 0);
+    struct ibv_mr *warm = ibv_reg_mr(pd, w, page, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));   /* the NIC's lazy set-up */
+    CHECK(warm && ibv_dereg_mr(warm) == 0);
+    void *room = malloc(1u << 20);
+    void *guard = malloc(32);
+    free(room);
+    size_t n = 4u << 20;
+    uintptr_t pa = (uintptr_t)malloc(n);
+    char *p = at(pa);
+    CHECK(p && !(chunk_field(pa) & 2));
+    struct ibv_mr *a = ibv_reg_mr(pd, p, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    CHECK(a && write_visible(a, p, n, 0x11));
+    ibv_dereg_mr(a);
+    char *brk_before = sbrk(0);
+    unmap_watch_expect(p + n - 1);
+    free(p);
+    unmap_watch_check("heap trimmed in free");
+    CHECK((char *)sbrk(0) < brk_before);      /* the heap really shrank */
+    char *q = malloc(n);
+    CHECK((uintptr_t)q == pa);
+    struct ibv_mr *b = ibv_reg_mr(pd, q, n, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    check_outcome(b && write_visible(b, q, n, 0x22), "heap trimmed in free");
+    ibv_dereg_mr(b);
+    free(q);
+    free(guard);
+}
+
+/* In a child: it moves the heap's end and changes malloc's settings. */
+static inline void test_heap_trim_in_free(void) { in_child(heap_trim_body); }
+
+/* ---- thread stacks: glibc madvises the unused stack at thread exit and gives the cached
+ * stack to the next thread ---- */
+
+#define STK_BUF (256u << 10)
+static uintptr_t stack_addr[2];
+static int stack_round;
+
+__attribute__((noinline, unused)) static void stack_body(void)
+{
+    __attribute__((aligned(4096))) char buf[STK_BUF];
+    int r = stack_round;
+    stack_addr[r] = (uintptr_t)buf;
+    if (r == 0 || stack_addr[1] != stack_addr[0]) {
+        struct ibv_mr *a = ibv_reg_mr(pd, buf, STK_BUF, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+        CHECK(a && write_visible(a, buf, STK_BUF, 0x11));
+        if (a)
+            ibv_dereg_mr(a);
+        return;
+    }
+    struct ibv_mr *b = ibv_reg_mr(pd, buf, STK_BUF, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    CHECK(b != NULL);
+    check_outcome(b && write_visible(b, buf, STK_BUF, 0x22), "reused thread stack");
+    if (b)
+        ibv_dereg_mr(b);
+    __asm__ volatile("" ::"r"(buf) : "memory");
+}
+
+static inline void *stack_thread(void *arg)
+{
+    (void)arg;
+    stack_body();
+    return NULL;
+}
+
+static inline void test_thread_stack_reuse(void)
+{
+    pthread_attr_t at_;
+    pthread_attr_init(&at_);
+    pthread_attr_setstacksize(&at_, 2u << 20);
+    for (stack_round = 0; stack_round < 2; stack_round++) {
+        pthread_t t;
+        CHECK(pthread_create(&t, &at_, stack_thread, NULL) == 0);
+        CHECK(pthread_join(t, NULL) == 0);
+    }
+    pthread_attr_destroy(&at_);
+    CHECKF(stack_addr[0] == stack_addr[1], "the second thread did not get the first one's stack");
+}
+
+#endif
