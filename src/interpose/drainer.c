@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -19,6 +18,7 @@
 #include "interpose/drainer.h"
 #include "interpose/state.h"
 #include "util/log.h"
+#include "util/thread.h"
 
 /* MR handles: one chunk (about 1k handles) covers a burst of registrations kept open. */
 #define HANDLE_RESERVE 1
@@ -56,21 +56,9 @@ void mrc_drainer_start(void)
         return;
     pthread_mutex_lock(&start_lock);
     if (!started) {
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, 256u << 10);
-        pthread_t t;
-        int rc = pthread_create(&t, &attr, drainer_main, NULL);
-        pthread_attr_destroy(&attr);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        int rc = mrc_thread_start(drainer_main, NULL, "mrcache-drain");
         if (rc)
             MRC_WARN("cannot start the helper thread (%d): deferred MRs wait for the next verbs call", rc);
-        else
-            pthread_setname_np(t, "mrcache-drain");
         __atomic_store_n(&started, rc == 0, __ATOMIC_RELEASE);
         if (rc == 0) {
             mrc_cache_set_reserve(&mrc_g.cache, mrc_drainer_refill, NULL);

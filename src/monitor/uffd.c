@@ -16,7 +16,6 @@
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +29,7 @@
 #include "monitor/uffd.h"
 #include "util/log.h"
 #include "util/stats.h"
+#include "util/thread.h"
 
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1   /* Linux 5.11; the system headers may predate it */
@@ -287,20 +287,7 @@ static long read_max_map_count(void)
 
 static int start_handler(int ufd)
 {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256u << 10);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, handler_main, (void *)(intptr_t)ufd);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc == 0)
-        pthread_setname_np(t, "mrcache-uffd");
-    return rc;
+    return mrc_thread_start(handler_main, (void *)(intptr_t)ufd, "mrcache-uffd");
 }
 
 /* Unmaps a page of a watched private mapping with a raw system call (what no hook sees)
