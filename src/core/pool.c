@@ -57,10 +57,11 @@ static int pool_grow(struct mrc_pool *p)
 }
 
 /* Cuts the next chunk (shorter at an arena's end) from the newest arena, mapping a new
- * arena when fewer than one object is left. Under the lock; *c is untouched on failure. */
-static int carve_locked(struct mrc_pool *p, struct mrc_pool_chunk *c)
+ * arena when fewer than one object is left and grow is set. Under the lock; *c is
+ * untouched on failure. */
+static int carve_locked(struct mrc_pool *p, struct mrc_pool_chunk *c, int grow)
 {
-    if ((size_t)(p->bump_end - p->bump) < p->obj_size && pool_grow(p))
+    if ((size_t)(p->bump_end - p->bump) < p->obj_size && (!grow || pool_grow(p)))
         return -1;
     size_t n = (size_t)(p->bump_end - p->bump);
     if (n > p->chunk_size)
@@ -109,15 +110,17 @@ int mrc_pool_refill(struct mrc_pool *p)
         struct mrc_pool_chunk c;
         pthread_mutex_lock(&p->lock);
         /* nready + preparing never exceeds the largest reserve: ready[] has room. */
+        /* Only from arenas the gets mapped: a mapping made by this (background) thread
+         * could land in the hole a program has just unmapped and means to map again
+         * at the same address (MAP_FIXED_NOREPLACE), at a moment the program cannot
+         * foresee. Arenas grow geometrically, so the gets rarely map one. */
         int want = p->nready + p->preparing < p->reserve;
-        int rc = want ? carve_locked(p, &c) : 0;
+        int rc = want ? carve_locked(p, &c, 0) : 0;
         if (want && rc == 0)
             p->preparing++;
         pthread_mutex_unlock(&p->lock);
-        if (!want)
+        if (!want || rc)
             return 0;
-        if (rc)
-            return -ENOMEM;
         touch(&c);
         pthread_mutex_lock(&p->lock);
         p->preparing--;
@@ -140,11 +143,15 @@ void *mrc_pool_get(struct mrc_pool *p)
         if (p->cur.start == p->cur.end) {
             if (p->nready)
                 p->cur = p->ready[--p->nready];
-            else if (carve_locked(p, &p->cur) == 0)
+            else if (carve_locked(p, &p->cur, 1) == 0)
                 fresh = p->cur;      /* none ready: today's caller pays the first touch */
             /* With a refill under way, the refiller looks at nready again before it
              * stops: only an idle one needs asking. Once per chunk at most. */
             if (p->low && !p->preparing && p->nready < p->reserve) {
+                /* The refiller never maps: give it the next arena now, here, inside
+                 * the caller's registration (one mmap, nothing touched). */
+                if ((size_t)(p->bump_end - p->bump) < p->obj_size)
+                    pool_grow(p);
                 low = p->low;
                 low_arg = p->low_arg;
             }

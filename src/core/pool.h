@@ -53,10 +53,12 @@ void mrc_pool_init(struct mrc_pool *p, size_t obj_size, int zero);
  * into the pool). Any thread, any time. */
 void mrc_pool_set_reserve(struct mrc_pool *p, unsigned chunks, void (*low)(void *arg), void *arg);
 
-/* Tops the reserve up: claims chunks under the lock, touches their pages (one write per
- * page) without it, publishes them under it. This moves the first-touch cost to the
- * calling thread, it does not remove it. 0, or -ENOMEM when the kernel gives no memory.
- * Any thread, concurrently with gets and other refills; not from a hook (slow). */
+/* Tops the reserve up from the arenas already mapped (never maps one: only gets do, so
+ * that every mapping the pool makes happens inside a registration call): claims chunks
+ * under the lock, touches their pages (one write per page) without it, publishes them
+ * under it. This moves the first-touch cost to the calling thread, it does not remove
+ * it. Returns 0. Any thread, concurrently with gets and other refills; not from a hook
+ * (slow). */
 int mrc_pool_refill(struct mrc_pool *p);
 
 /* Returns an object (zeroed if the pool zeroes), or NULL when the kernel gives no memory. */

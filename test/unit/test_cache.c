@@ -527,37 +527,40 @@ static void test_pool_reserve_used_before_fresh_chunks(void)
     mrc_pool_init(&tpool, sizeof(struct mrc_entry), 0);
     low_calls = 0;
     void *first = mrc_pool_get(&tpool);      /* no reserve: carved by the get itself */
-    CHECK(first && tpool.nready == 0 && low_calls == 0);
+    CHECK(first && tpool.nready == 0 && low_calls == 0 && tpool.narenas == 1);
     mrc_pool_set_reserve(&tpool, 2, on_low, NULL);
-    CHECK(mrc_pool_refill(&tpool) == 0);
-    CHECK(tpool.nready == 2 && tpool.preparing == 0);
-    CHECK(mrc_pool_refill(&tpool) == 0 && tpool.nready == 2);   /* full: nothing more */
-    struct mrc_pool_chunk a = tpool.ready[0], b = tpool.ready[1];
-    size_t per_chunk = (size_t)(a.end - a.start) / tpool.obj_size;
-    CHECK(per_chunk >= 2 && (size_t)(a.end - a.start) % tpool.obj_size == 0);
-    /* The rest of the current chunk first, then a ready one, asking for a refill once. */
+    /* The first arena is one chunk, the get's: a refill never maps an arena itself. */
+    CHECK(mrc_pool_refill(&tpool) == 0 && tpool.nready == 0 && tpool.narenas == 1);
     size_t left = (size_t)(tpool.cur.end - tpool.cur.start) / tpool.obj_size;
     for (size_t i = 0; i < left; i++)
         mrc_pool_get(&tpool);
-    CHECK(tpool.nready == 2 && low_calls == 0);
-    char *o = mrc_pool_get(&tpool);
+    CHECK(low_calls == 0);
+    char *g = mrc_pool_get(&tpool);          /* none ready: the get maps and carves, asks */
+    CHECK(g && tpool.narenas == 2 && low_calls == 1);
+    CHECK(mrc_pool_refill(&tpool) == 0 && tpool.nready == 1 && tpool.preparing == 0);
+    CHECK(mrc_pool_refill(&tpool) == 0 && tpool.nready == 1);   /* arena used up: no more */
+    struct mrc_pool_chunk a = tpool.ready[0];
+    size_t per_chunk = (size_t)(a.end - a.start) / tpool.obj_size;
+    CHECK(per_chunk >= 2 && (size_t)(a.end - a.start) % tpool.obj_size == 0);
+    /* The rest of the current chunk first, then the ready one, asking for a refill. */
+    left = (size_t)(tpool.cur.end - tpool.cur.start) / tpool.obj_size;
+    for (size_t i = 0; i < left; i++)
+        mrc_pool_get(&tpool);
     CHECK(tpool.nready == 1 && low_calls == 1);
-    CHECK((o >= b.start && o < b.end) || (o >= a.start && o < a.end));
+    char *o = mrc_pool_get(&tpool);
+    CHECK(o >= a.start && o < a.end && tpool.nready == 0 && low_calls == 2);
     for (size_t i = 1; i < per_chunk; i++)
         mrc_pool_get(&tpool);
-    CHECK(low_calls == 1);
-    mrc_pool_get(&tpool);                    /* the second ready chunk */
-    CHECK(tpool.nready == 0 && low_calls == 2);
-    for (size_t i = 1; i < per_chunk; i++)
-        mrc_pool_get(&tpool);
-    char *fresh = mrc_pool_get(&tpool);      /* none ready: carved here, still asks */
-    CHECK(fresh && mrc_pool_owns(&tpool, fresh) && low_calls == 3);
-    CHECK(!(fresh >= a.start && fresh < a.end) && !(fresh >= b.start && fresh < b.end));
+    CHECK(low_calls == 2);
+    char *fresh = mrc_pool_get(&tpool);      /* none ready: a new arena, carved here */
+    CHECK(fresh && mrc_pool_owns(&tpool, fresh) && low_calls == 3 && tpool.narenas == 3);
+    CHECK(!(fresh >= a.start && fresh < a.end));
+    CHECK(mrc_pool_refill(&tpool) == 0 && tpool.nready == 2);   /* up to the reserve */
     mrc_pool_put(&tpool, o);                 /* freed objects before any chunk */
     CHECK(mrc_pool_get(&tpool) == o);
     CHECK(!mrc_pool_owns(&tpool, o + 16) && !mrc_pool_owns(&tpool, &tpool));
     mrc_pool_set_reserve(&tpool, 0, on_low, NULL);
-    CHECK(mrc_pool_refill(&tpool) == 0 && tpool.nready == 0);
+    CHECK(mrc_pool_refill(&tpool) == 0 && tpool.nready == 2);   /* ready chunks stay */
 }
 
 #define POOL_GETTERS 2
