@@ -1,6 +1,7 @@
 /* hooks_mem.c - the exported munmap family; each forwards to monitor/monitor.c. Before
  * the real functions are known (a call during our own symbol lookup) the kernel is
- * asked directly, so nothing here can recurse or fail for want of a pointer. */
+ * asked directly (syscall(2), which sets errno itself), so nothing here can recurse or
+ * fail for want of a pointer. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -14,15 +15,6 @@
 #include "interpose/state.h"
 #include "monitor/monitor.h"
 
-static long raw_result(long r)
-{
-    if (r < 0 && r > -4096) {
-        errno = (int)-r;
-        return -1;
-    }
-    return r;
-}
-
 MRC_EXPORT int munmap(void *addr, size_t len)
 {
     /* The fast path while nothing was ever registered: a load, a branch, a tail call. */
@@ -30,7 +22,7 @@ MRC_EXPORT int munmap(void *addr, size_t len)
     if (__builtin_expect(real && !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED), 1))
         return real(addr, len);
     if (!mrc_real_ensure_libc() || !mrc_real.munmap)
-        return (int)raw_result(syscall(SYS_munmap, addr, len));
+        return (int)syscall(SYS_munmap, addr, len);
     return mrc_on_munmap(addr, len);
 }
 
@@ -40,7 +32,7 @@ MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
     if (__builtin_expect(real && !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED), 1))
         return real(addr, len, prot, flags, fd, off);
     if (!mrc_real_ensure_libc() || !mrc_real.mmap)
-        return (void *)raw_result(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+        return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
     return mrc_on_mmap(addr, len, prot, flags, fd, off);
 }
 
@@ -54,28 +46,28 @@ MRC_EXPORT void *mremap(void *old, size_t old_size, size_t new_size, int flags, 
     void *new_addr;
     MRC_MREMAP_NEW_ADDR(flags, new_addr);
     if (!mrc_real_ensure_libc() || !mrc_real.mremap)
-        return (void *)raw_result(syscall(SYS_mremap, old, old_size, new_size, flags, new_addr));
+        return (void *)syscall(SYS_mremap, old, old_size, new_size, flags, new_addr);
     return mrc_on_mremap(old, old_size, new_size, flags, new_addr);
 }
 
 MRC_EXPORT int madvise(void *addr, size_t len, int advice)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.madvise)
-        return (int)raw_result(syscall(SYS_madvise, addr, len, advice));
+        return (int)syscall(SYS_madvise, addr, len, advice);
     return mrc_on_madvise(addr, len, advice);
 }
 
 MRC_EXPORT void *shmat(int id, const void *addr, int flags)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.shmat)
-        return (void *)raw_result(syscall(SYS_shmat, id, addr, flags));
+        return (void *)syscall(SYS_shmat, id, addr, flags);
     return mrc_on_shmat(id, addr, flags);
 }
 
 MRC_EXPORT int shmdt(const void *addr)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.shmdt)
-        return (int)raw_result(syscall(SYS_shmdt, addr));
+        return (int)syscall(SYS_shmdt, addr);
     return mrc_on_shmdt(addr);
 }
 
