@@ -35,6 +35,7 @@
 
 #include "backend/verify.h"
 #include "util/log.h"
+#include "util/rawmem.h"
 #include "util/stats.h"
 
 #ifndef MADV_WIPEONFORK
@@ -355,10 +356,9 @@ void mrc_verify_init(uint64_t period, uint64_t max_entries)
         nslots <<= 1;
     size_t head = 4096, slots = nslots * sizeof(struct vslot), recs = cap * sizeof(struct vrec);
     size_t size = (head + slots + recs + 4095) & ~(size_t)4095;
-    /* The raw syscall keeps the table out of every unmap monitor, ours included;
-     * MAP_NORESERVE, as only records in use are ever touched. */
-    long m = syscall(SYS_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m < 0 && m > -4096) {
+    /* MAP_NORESERVE, as only records in use are ever touched. */
+    char *m = mrc_raw_map(size, MAP_NORESERVE);
+    if (!m) {
         verify_off("cannot map the side table");
         return;
     }

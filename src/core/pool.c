@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/pool.h"
+#include "util/rawmem.h"
 
 #define ARENA_MIN (64u << 10)
 #define ARENA_MAX (64u << 20)
@@ -42,16 +43,15 @@ static int pool_grow(struct mrc_pool *p)
         size = ARENA_MAX;
     if (size < p->obj_size)
         size = (p->obj_size + PAGE - 1) & ~(size_t)(PAGE - 1);
-    /* The raw syscall keeps our own memory out of every unmap monitor, ours included. */
-    long r = syscall(SYS_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (r < 0 && r > -4096)
+    char *r = mrc_raw_map(size, 0);
+    if (!r)
         return -1;
     unsigned n = p->narenas;
     p->arenas[n].start = (uintptr_t)r;
     p->arenas[n].end = (uintptr_t)r + size;
     __atomic_store_n(&p->narenas, n + 1, __ATOMIC_RELEASE);
-    p->bump = (char *)r;
-    p->bump_end = (char *)r + size;
+    p->bump = r;
+    p->bump_end = r + size;
     p->mapped += size;
     return 0;
 }

@@ -28,6 +28,7 @@
 #include "monitor/monitor.h"
 #include "monitor/uffd.h"
 #include "util/log.h"
+#include "util/rawmem.h"
 #include "util/stats.h"
 #include "util/thread.h"
 
@@ -295,10 +296,9 @@ static int start_handler(int ufd)
 static int selftest(void)
 {
     size_t pg = (size_t)mrc_g.cache.p.page_size;
-    long r = syscall(SYS_mmap, 0, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (r < 0)
+    char *p = mrc_raw_map(2 * pg, 0);
+    if (!p)
         return -errno;
-    char *p = (char *)r;
     p[0] = 1;
     int err = reg((uintptr_t)p, (uintptr_t)p + 2 * pg);
     if (err) {

@@ -22,6 +22,7 @@
 #include "util/callsite.h"
 #include "util/log.h"
 #include "util/outpath.h"
+#include "util/rawmem.h"
 
 /* uthash's memory: whole pages by raw syscall, so neither our hooks nor the program's
  * allocator ever see the table; out of memory is survivable (the stack counts as other). */
@@ -58,11 +59,11 @@ static __thread uint64_t tls_rng;
 static void *table_alloc(size_t sz)
 {
     size_t len = (sz + sizeof(size_t) + 4095) & ~(size_t)4095;
-    long p = syscall(SYS_mmap, 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p < 0 && p > -4096)
+    char *p = mrc_raw_map(len, 0);
+    if (!p)
         return NULL;
     *(size_t *)p = len;
-    return (char *)p + 16;   /* keeps uthash's 16-byte alignment expectations */
+    return p + 16;   /* keeps uthash's 16-byte alignment expectations */
 }
 
 static void table_free(void *ptr, size_t sz)

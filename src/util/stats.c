@@ -4,10 +4,8 @@
  * malloc; the list of blocks only grows, at its head, under a lock. */
 #include <pthread.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "util/rawmem.h"
 #include "util/stats.h"
 
 const char *const mrc_stat_names[MRC_STAT_LAST] = {
@@ -72,13 +70,9 @@ static void key_init(void)
 
 static struct mrc_stats_block *block_new(void)
 {
-    /* One page-rounded block each: a block is a few KiB and threads are few. Raw
-     * syscall so that no hook (ours or a patcher's) sees our own bookkeeping. */
+    /* One page-rounded block each: a block is a few KiB and threads are few. */
     size_t size = (sizeof(struct mrc_stats_block) + 4095) & ~(size_t)4095;
-    long p = syscall(SYS_mmap, 0, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p < 0 && p > -4096)
-        return NULL;
-    return (struct mrc_stats_block *)p;
+    return mrc_raw_map(size, 0);
 }
 
 struct mrc_stats_block *mrc_stats_thread_block(void)
