@@ -66,19 +66,6 @@ static int parse_u64(const char *s, void *f)
     return 0;
 }
 
-static int parse_size_or_auto(const char *s, void *f)
-{
-    if (!strcasecmp(s, "auto")) {
-        *(uint64_t *)f = 0;
-        return 0;
-    }
-    uint64_t v;
-    if (parse_u64(s, &v) || v == 0)
-        return -1;
-    *(uint64_t *)f = v;
-    return 0;
-}
-
 static int parse_positive(const char *s, void *f)
 {
     uint64_t v;
@@ -88,26 +75,42 @@ static int parse_positive(const char *s, void *f)
     return 0;
 }
 
+/* The index of s among the n names (case-insensitive), or -1. */
+static int word_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcasecmp(s, names[i]))
+            return i;
+    return -1;
+}
+
+static int parse_size_or_auto(const char *s, void *f)
+{
+    if (!strcasecmp(s, "auto")) {
+        *(uint64_t *)f = 0;
+        return 0;
+    }
+    return parse_positive(s, f);
+}
+
 static int parse_remote(const char *s, void *f)
 {
-    if (!strcasecmp(s, "exact"))
-        *(int *)f = MRC_REMOTE_EXACT;
-    else if (!strcasecmp(s, "never"))
-        *(int *)f = MRC_REMOTE_NEVER;
-    else
+    static const char *const names[] = { "exact", "never" };
+    int i = word_index(s, names, 2);
+    if (i < 0)
         return -1;
+    *(int *)f = i ? MRC_REMOTE_NEVER : MRC_REMOTE_EXACT;
     return 0;
 }
 
 static int parse_log(const char *s, void *f)
 {
-    static const char *const names[] = { "error", "warn", "info", "debug" };
-    for (int i = 0; i < 4; i++)
-        if (!strcasecmp(s, names[i])) {
-            *(int *)f = i;
-            return 0;
-        }
-    return -1;
+    static const char *const names[] = { "error", "warn", "info", "debug" };   /* enum mrc_log_level */
+    int i = word_index(s, names, 4);
+    if (i < 0)
+        return -1;
+    *(int *)f = i;
+    return 0;
 }
 
 static int parse_stats(const char *s, void *f)
@@ -121,12 +124,11 @@ static int parse_stats(const char *s, void *f)
 
 static int parse_format(const char *s, void *f)
 {
-    if (!strcasecmp(s, "text"))
-        *(int *)f = MRC_STATS_TEXT;
-    else if (!strcasecmp(s, "json"))
-        *(int *)f = MRC_STATS_JSON;
-    else
+    static const char *const names[] = { "text", "json" };
+    int i = word_index(s, names, 2);
+    if (i < 0)
         return -1;
+    *(int *)f = i ? MRC_STATS_JSON : MRC_STATS_TEXT;
     return 0;
 }
 
