@@ -229,16 +229,23 @@ int mrc_on_brk(void *addr)
     return rc;
 }
 
-void *mrc_on_sbrk(intptr_t incr)
+void *mrc_monitor_sbrk_shrink(void *(*sbrk_fn)(intptr_t), intptr_t incr)
 {
     char *cur;
-    /* With brk patched, libc's sbrk calls it directly: that path invalidates. */
-    if (incr >= 0 || (__atomic_load_n(&mrc_monitor_patched, __ATOMIC_RELAXED) & (1u << MRC_FN_BRK)) ||
-        !watching(MRC_FN_BRK) || (cur = current_break()) == (void *)-1)
-        return mrc_real.sbrk(incr);
+    if (incr >= 0 || (cur = current_break()) == (void *)-1)
+        return sbrk_fn(incr);
     struct unmap_op op;
     op_begin(&op, cur + incr, (size_t)-incr, MRC_INVAL_BRK);
-    void *p = mrc_real.sbrk(incr);
+    void *p = sbrk_fn(incr);
     op_done(&op);
     return p;
+}
+
+void *mrc_on_sbrk(intptr_t incr)
+{
+    /* With brk patched, libc's sbrk calls it directly: that path invalidates. */
+    if (incr >= 0 || (__atomic_load_n(&mrc_monitor_patched, __ATOMIC_RELAXED) & (1u << MRC_FN_BRK)) ||
+        !watching(MRC_FN_BRK))
+        return mrc_real.sbrk(incr);
+    return mrc_monitor_sbrk_shrink(mrc_real.sbrk, incr);
 }

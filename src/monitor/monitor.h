@@ -50,5 +50,8 @@ void *mrc_on_shmat(int id, const void *addr, int flags);
 int mrc_on_shmdt(const void *addr);
 int mrc_on_brk(void *addr);
 void *mrc_on_sbrk(intptr_t incr);
+/* sbrk_fn(incr), with the pages a shrinking call gives back invalidated around it; the
+ * caller has decided the call is watched (patch.c's chained sbrk uses it too). */
+void *mrc_monitor_sbrk_shrink(void *(*sbrk_fn)(intptr_t), intptr_t incr);
 
 #endif

@@ -561,17 +561,9 @@ static void *o_sbrk(intptr_t incr)
  * handled here; the preload sbrk hook still lands here through mrc_real.sbrk (libc's). */
 static void *p_sbrk(intptr_t incr)
 {
-    char *cur = __curbrk;
-    if (incr >= 0 || !cur || !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED))
+    if (incr >= 0 || !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED))
         return o_sbrk(incr);
-    uint64_t m = mrc_g.cache.p.page_size - 1;
-    uint64_t lo = ((uintptr_t)cur + (uint64_t)incr) & ~m, len = (((uintptr_t)cur + m) & ~m) - lo;
-    uint64_t ticket = mrc_cache_unmap_begin(&mrc_g.cache, lo, len, MRC_INVAL_BRK);
-    void *r = o_sbrk(incr);
-    int saved = errno;
-    mrc_cache_unmap_done(&mrc_g.cache, ticket, lo, len, MRC_INVAL_BRK);
-    errno = saved;
-    return r;
+    return mrc_monitor_sbrk_shrink(o_sbrk, incr);
 }
 
 static void *const hook_of[NFN] = {
