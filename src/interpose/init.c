@@ -184,7 +184,8 @@ void mrc_init(void)
     };
     mrc_cache_init(&mrc_g.cache, &p);
     mrc_g.watch_unmaps = (mrc_g.cfg.monitor & MRC_MONITOR_PRELOAD) != 0;
-    mrc_g.watch_malloc = mrc_g.watch_unmaps && mrc_g.cfg.malloc_hooks && mrc_glibc_heap_init();
+    mrc_g.malloc_usable = mrc_g.watch_unmaps && mrc_g.cfg.malloc_hooks && mrc_glibc_heap_init();
+    mrc_g.watch_malloc = mrc_g.malloc_usable;
     if (mrc_g.cfg.monitor & MRC_MONITOR_PATCH)
         mrc_patch_install();
     unsigned seen = mrc_g.cfg.monitor ? mrc_patch_selftest(mrc_g.watch_unmaps) : 0;

@@ -18,6 +18,8 @@ struct mrc_state {
     uint32_t fork_gen;      /* bumped in a forked child: older handles are the parent's */
     int watch_unmaps;       /* MRCACHE_MONITOR enables the munmap-family hooks */
     int watch_malloc;       /* ... and the allocator's own unmaps */
+    int malloc_usable;      /* the allocator hooks may run (preload on, MRCACHE_MALLOC_HOOKS,
+                             * glibc's allocator): patch.c turns them back on if it must */
     uint64_t start_ns;
 };
 

@@ -728,10 +728,8 @@ static void give_up(int fn, uint8_t *entry)
         __atomic_store_n(targets[fn].real, via_orig_of[fn], __ATOMIC_RELEASE);
     }
     int resumed = 0;
-    if (mrc_g.watch_unmaps && mrc_g.cfg.malloc_hooks && mrc_real_alloc_is_glibc) {
-        /* As init.c decides: the allocator hooks predict free's and trimming's unmaps. */
+    if (mrc_g.malloc_usable)   /* the allocator hooks predict free's and trimming's unmaps */
         resumed = !__atomic_exchange_n(&mrc_g.watch_malloc, 1, __ATOMIC_SEQ_CST);
-    }
     char m[400];
     snprintf(m, sizeof(m),
              "patch: %s was overwritten by another library after libmrcache patched it (bytes %02x %02x %02x %02x, "
