@@ -48,10 +48,12 @@ void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n);
 void mrc_itree_remove(struct mrc_itree *t, struct mrc_itree_node *n);
 
 /* Removes every node overlapping [start, last] and calls fn(n, arg) on each, in order;
- * returns how many. fn must not use the tree (n's private fields are garbage once it
- * is called). When every node's start lies in the range (an unmap over all cached
- * memory), the tree is emptied in one O(n) walk; otherwise nodes are removed one by
- * one, O(log n) each. */
+ * returns how many. fn must not use the tree, but may free or reuse n at once: the tree
+ * never reads n again (its private fields are garbage). Nodes that start below the
+ * range and reach into it (usually none) go one by one, O(log n) each, and so does a
+ * run of up to 32 nodes starting inside it (a single unmap's usual case). A longer run
+ * (an unmap over many cached buffers) is cut out whole by two red-black splits and a
+ * join, then walked: O(log n + run), with no rebalancing per node. */
 size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
                               void (*fn)(struct mrc_itree_node *n, void *arg), void *arg);
 

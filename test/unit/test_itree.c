@@ -2,7 +2,9 @@
  * random insert/remove/query mixes over adversarial range shapes (nested, equal starts,
  * duplicates, touching, top of the address space, single points), every query's full
  * result set and order compared, mrc_itree_check after every batch; and tests that
- * the checker itself fails on corrupted trees. "--bench" times insert/remove/lookup. */
+ * the checker itself fails on corrupted trees; remove_range's cut (split and join) on
+ * random trees and on one of 100k nodes. "--bench" times insert/remove/lookup and
+ * remove_range. */
 #include "core/itree.h"
 #include "check.h"
 
@@ -41,7 +43,10 @@ static uint64_t rnd_below(uint64_t n)
 
 /* ---- the model: a pool of nodes, a dense list of the live ones ---- */
 
-#define POOL 2048
+/* Room for test_remove_range_cuts' trees of a few thousand nodes; the random mix keeps
+ * to its own, smaller bound so that its model scans stay cheap. */
+#define POOL 4096
+#define RANDOM_LIVE_MAX 2048
 
 struct tnode {
     struct mrc_itree_node n;    /* first, so a tree node converts back */
@@ -310,8 +315,17 @@ static void remove_matching(uint64_t start, uint64_t last)
            (uintmax_t)start, (uintmax_t)last, got, want, bad);
 }
 
+/* Overwrites what the tree keeps in a node, as a callback that frees or reuses it
+ * would: a tree that still reads a node handed to its callback crashes or breaks. */
+static void poison(struct mrc_itree_node *n)
+{
+    n->left = n->right = (struct mrc_itree_node *)(uintptr_t)0xdead0000dead0000ULL;
+    n->parent_color = (uintptr_t)0xbad0000bad0000ULL;
+    n->subtree_last = 0;
+}
+
 /* mrc_itree_remove_range's callback: each node once, live, overlapping, in (start,
- * insertion) order; the model forgets it. */
+ * insertion) order; the model forgets it and its links are poisoned. */
 struct range_check {
     uint64_t start, last;
     const struct tnode *prev;
@@ -330,11 +344,12 @@ static void range_removed(struct mrc_itree_node *n, void *arg)
         return;
     }
     model_forget(tn);
+    poison(n);
     rc->prev = tn;
     rc->got++;
 }
 
-/* The same removal in one call (one by one, or the whole tree at once). */
+/* The same removal in one call (short runs one by one, long ones cut out whole). */
 static void remove_range(uint64_t start, uint64_t last)
 {
     int want = 0;
@@ -349,7 +364,7 @@ static void remove_range(uint64_t start, uint64_t last)
 }
 
 /* A range spanning two random live nodes (often a large share of the tree), or now
- * and then the whole space (which remove_range empties at once). */
+ * and then the whole space (which remove_range cuts out whole). */
 static void gen_wide(uint64_t *start, uint64_t *last)
 {
     if (live_n == 0 || rnd_below(8) == 0) {
@@ -384,7 +399,7 @@ static void test_random_vs_model(void)
     model_reset();
     while (done < ops && check_failures == 0) {
         unsigned mask = rnd_below(3) ? (unsigned)rnd_below(all) + 1 : all;
-        int target = (int)(1 + rnd_below(rnd_below(4) ? 256 : POOL - 64));
+        int target = (int)(1 + rnd_below(rnd_below(4) ? 256 : RANDOM_LIVE_MAX - 64));
         long phase_ops = 2000 + (long)rnd_below(30000);
 
         for (long i = 0; i < phase_ops && done < ops; i++, done++) {
@@ -515,8 +530,8 @@ static void test_top_of_address_space(void)
     CHECK(mrc_itree_check(&t) == 0 && t.count == 3);
 }
 
-/* remove_range over a tree of disjoint ranges: none, a few, a tenth, half (one by one)
- * and all (emptied at once), a reversed range; the tree stays valid and usable after. */
+/* remove_range over a tree of disjoint ranges: none, a few (one by one), a tenth, half
+ * and all (cut out whole), a reversed range; the tree stays valid and usable after. */
 static void test_remove_range_shares(void)
 {
     static const struct { uint64_t from, to; } cut[] = {
@@ -545,6 +560,260 @@ static void test_remove_range_shares(void)
     struct range_check rc = { 20, 10, NULL, 0, 0 };
     CHECK(mrc_itree_remove_range(&tree, 20, 10, range_removed, &rc) == 0);   /* reversed: none */
     CHECK(rc.got == 0 && tree.count == 1 && live_n == 1);
+}
+
+/* ---- remove_range's cut (split, join) against the model ---- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* A value in [lo, hi], one of the two edges half of the time. */
+static uint64_t pick_between(uint64_t lo, uint64_t hi)
+{
+    switch (rnd_below(4)) {
+    case 0:  return lo;
+    case 1:  return hi;
+    default: return hi - lo == MAX64 ? rnd() : lo + rnd_below(hi - lo + 1);
+    }
+}
+
+/* A node for the cut tests: starts on a coarse grid of about n / 2 values, so equal
+ * starts sit at most cut boundaries; lasts mostly short, some long (straddlers of a
+ * later cut), a few at the ends of the address space or of any shape. */
+static void cut_node(int n, uint64_t *start, uint64_t *last)
+{
+    uint64_t r = rnd_below(100), s = rnd_below((uint64_t)n / 2 + 2) * 64;
+
+    if (r < 75) {
+        *start = s;
+        *last = s + rnd_below(64);
+    } else if (r < 90) {
+        *start = s;
+        *last = s + rnd_below(64 * 64);
+    } else if (r < 95) {
+        switch (rnd_below(4)) {
+        case 0:  *start = 0; *last = rnd_below(2) ? 0 : rnd_below(64 * 64); break;
+        case 1:  *start = MAX64 - rnd_below(2); *last = MAX64; break;
+        case 2:  *start = s; *last = MAX64; break;
+        default: *start = 0; *last = MAX64; break;
+        }
+    } else {
+        gen_range((1u << SHAPE_COUNT) - 1, start, last);
+    }
+}
+
+/* A range whose starts-inside run holds about w of the live nodes (exactly w when the
+ * starts at its ends are distinct): its ends lie anywhere between the neighbouring
+ * distinct starts, or at 0 and UINT64_MAX. w == 0: a gap, the space below the lowest
+ * start or above the highest, or any range. */
+static void cut_range(int w, uint64_t *start, uint64_t *last)
+{
+    static uint64_t st[POOL];
+    int n = live_n;
+
+    for (int i = 0; i < n; i++)
+        st[i] = pool[live[i]].n.start;
+    qsort(st, (size_t)n, sizeof(st[0]), cmp_u64);
+    if (w > n)
+        w = n;
+    if (w <= 0) {
+        int i = n ? (int)rnd_below((uint64_t)n) : 0;
+
+        if (n && rnd_below(2) && (i + 1 < n ? st[i + 1] - st[i] > 1 : st[i] < MAX64)) {
+            *start = st[i] + 1;     /* strictly between two starts, or above all */
+            *last = pick_between(*start, i + 1 < n ? st[i + 1] - 1 : MAX64);
+        } else if (n && rnd_below(2) && st[0] > 0) {
+            *start = 0;
+            *last = pick_between(0, st[0] - 1);
+        } else {
+            gen_range((1u << SHAPE_COUNT) - 1, start, last);
+        }
+        return;
+    }
+    int i = (int)rnd_below((uint64_t)(n - w + 1)), j = i + w - 1;
+    *start = pick_between(i == 0 ? 0 : st[i - 1] + (st[i - 1] < st[i]), st[i]);
+    *last = pick_between(st[j], j == n - 1 ? MAX64 : st[j + 1] - (st[j + 1] > st[j]));
+}
+
+/* Random trees of 0 to 3000 nodes, built by insertions and removals (so shapes and
+ * colours vary), cut by ranges of every size: none, one, a few, either side of the
+ * one-by-one threshold (32 in itree.c), half, all but one, all. After each cut: the
+ * callback saw exactly the model's overlapping set in order (remove_range), the tree
+ * is valid with the right count, and later insertions, removals and queries agree. */
+static void test_remove_range_cuts(void)
+{
+    long cuts = 0, removed = 0;
+
+    rng_seed(0x637574736a6f696eULL);
+    for (int round = 0; round < 400 && check_failures == 0; round++) {
+        int n;
+
+        switch (rnd_below(5)) {
+        case 0:  n = (int)rnd_below(3); break;
+        case 1:  n = 2 + (int)rnd_below(40); break;
+        case 2:  n = 30 + (int)rnd_below(60); break;
+        case 3:  n = 90 + (int)rnd_below(400); break;
+        default: n = 500 + (int)rnd_below(2500); break;
+        }
+        model_reset();
+        for (int i = 0; i < 2 * n + 4 || live_n < n; i++) {
+            uint64_t s, l;
+
+            if (live_n > 0 && (rnd_below(10) < 3 || live_n > n)) {
+                model_remove(&pool[live[rnd_below((uint64_t)live_n)]]);
+            } else {
+                cut_node(n, &s, &l);
+                model_insert(s, l);
+            }
+        }
+        if (!tree_consistent())
+            return;
+        for (int c = 0; c < 4; c++) {
+            uint64_t s, l;
+            int w, before = live_n;
+
+            switch (rnd_below(8)) {
+            case 0:  w = 0; break;
+            case 1:  w = 1; break;
+            case 2:  w = 2 + (int)rnd_below(4); break;
+            case 3:  w = 28 + (int)rnd_below(12); break;
+            case 4:  w = live_n / 2; break;
+            case 5:  w = live_n - 1; break;
+            case 6:  w = live_n; break;
+            default: w = (int)rnd_below((uint64_t)live_n + 1); break;
+            }
+            cut_range(w, &s, &l);
+            remove_range(s, l);
+            cuts++;
+            removed += before - live_n;
+            if (!tree_consistent())
+                return;
+            /* The rest of the tree is as usable as before. */
+            for (int k = 0; k < 24; k++) {
+                uint64_t r = rnd_below(3);
+
+                if (r == 0 && free_n > 0) {
+                    cut_node(n, &s, &l);
+                    model_insert(s, l);
+                } else if (r == 1 && live_n > 0) {
+                    model_remove(&pool[live[rnd_below((uint64_t)live_n)]]);
+                } else {
+                    gen_query((1u << SHAPE_COUNT) - 1, &s, &l);
+                    compare_query(s, l);
+                }
+            }
+            CHECK(compare_query(0, MAX64) == live_n);
+            if (!tree_consistent())
+                return;
+        }
+    }
+    printf("# %ld cuts, %ld nodes removed\n", cuts, removed);
+}
+
+/* One cut in a tree of 100k nodes (a cache's worth), inserted in random order: the
+ * middle half goes, with every node reaching into it from below, and equal starts at
+ * both ends. The callback sees exactly those, in order; the other half stays intact
+ * and in order; then [0, UINT64_MAX] takes the rest. */
+enum { BIG_N = 100000 };
+
+struct big_node {
+    struct mrc_itree_node n;    /* first */
+    uint32_t seq;               /* insertion number: the order of equal starts */
+    uint8_t removed;
+};
+
+struct big_check {
+    uint64_t start, last;
+    const struct big_node *prev;
+    size_t got, bad;
+};
+
+static void big_removed(struct mrc_itree_node *n, void *arg)
+{
+    struct big_check *bc = arg;
+    struct big_node *b = (struct big_node *)n;
+
+    if (b->removed || !overlaps(n, bc->start, bc->last) ||
+        (bc->prev && (bc->prev->n.start > n->start ||
+                      (bc->prev->n.start == n->start && bc->prev->seq > b->seq))))
+        bc->bad++;
+    b->removed = 1;
+    poison(n);
+    bc->prev = b;
+    bc->got++;
+}
+
+static void test_remove_range_large(void)
+{
+    struct big_node *nodes = calloc(BIG_N, sizeof(*nodes));
+    uint32_t *order = calloc(BIG_N, sizeof(*order));
+    struct mrc_itree t;
+    size_t want = 0, left = 0, bad = 0;
+
+    CHECK(nodes && order);
+    if (!nodes || !order) {
+        free(nodes);
+        free(order);
+        return;
+    }
+    rng_seed(0x6269677472656521ULL);
+    for (uint32_t i = 0; i < BIG_N; i++) {
+        /* Pairs of equal starts; one node in 97 spans the next 6400 pairs. */
+        nodes[i].n.start = (uint64_t)(i / 2) * 16;
+        nodes[i].n.last = nodes[i].n.start + (i % 97 == 0 ? 6400 * 16 : 7);
+        order[i] = i;
+    }
+    for (uint32_t i = BIG_N - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)rnd_below(i + 1), x = order[i];
+
+        order[i] = order[j];
+        order[j] = x;
+    }
+    mrc_itree_init(&t);
+    for (uint32_t i = 0; i < BIG_N; i++) {
+        nodes[order[i]].seq = i;
+        mrc_itree_insert(&t, &nodes[order[i]].n);
+    }
+    CHECK(mrc_itree_check(&t) == 0);
+
+    uint64_t s = (uint64_t)(BIG_N / 8) * 16, l = (uint64_t)(3 * BIG_N / 8) * 16 - 1;
+    for (uint32_t i = 0; i < BIG_N; i++)
+        want += overlaps(&nodes[i].n, s, l);
+    struct big_check bc = { s, l, NULL, 0, 0 };
+    size_t got = mrc_itree_remove_range(&t, s, l, big_removed, &bc);
+    CHECKF(got == want && bc.got == want && bc.bad == 0,
+           "middle half: %zu returned, %zu seen of %zu, %zu bad", got, bc.got, want, bc.bad);
+    CHECK(want > BIG_N / 2 && t.count == BIG_N - want);
+    CHECK(mrc_itree_check(&t) == 0);
+
+    /* Survivors: every node not removed, once each, in (start, insertion) order. */
+    const struct big_node *prev = NULL;
+    for (struct mrc_itree_node *n = mrc_itree_iter_first(&t, 0, MAX64); n;
+         n = mrc_itree_iter_next(n, 0, MAX64)) {
+        const struct big_node *b = (const struct big_node *)n;
+
+        if (b->removed || overlaps(n, s, l) ||
+            (prev && (prev->n.start > n->start ||
+                      (prev->n.start == n->start && prev->seq > b->seq)))) {
+            bad++;
+            break;
+        }
+        prev = b;
+        left++;
+    }
+    CHECKF(bad == 0 && left == BIG_N - want, "survivors: %zu of %zu, %zu bad",
+           left, BIG_N - want, bad);
+    CHECK(mrc_itree_iter_first(&t, s + 8, s + 8) == NULL);
+
+    struct big_check all = { 0, MAX64, NULL, 0, 0 };
+    CHECK(mrc_itree_remove_range(&t, 0, MAX64, big_removed, &all) == BIG_N - want);
+    CHECK(all.bad == 0 && t.root == NULL && t.count == 0);
+    free(nodes);
+    free(order);
 }
 
 static void test_empty_and_reversed(void)
@@ -750,11 +1019,74 @@ static void bench(size_t n)
     free(order);
 }
 
+static void bench_drop(struct mrc_itree_node *n, void *arg)
+{
+    (void)n;
+    ++*(size_t *)arg;
+}
+
+/* remove_range in a tree of n disjoint ranges inserted in random order: runs of 1, of
+ * 32 (the longest removed one by one) and 33 (the shortest cut out whole), of 256, at
+ * random places (each put back, untimed), then the middle half in one call. */
+static void bench_remove_range(size_t n)
+{
+    static const size_t runs[] = { 1, 32, 33, 256 };
+    struct mrc_itree_node *nodes = calloc(n, sizeof(*nodes));
+    size_t *order = calloc(n, sizeof(*order)), dropped = 0;
+    struct mrc_itree t;
+    double t0, total;
+
+    if (!nodes || !order) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
+    rng_seed(8);
+    mrc_itree_init(&t);
+    for (size_t i = 0; i < n; i++) {
+        nodes[i].start = 0x100000000ULL + i * 0x4000;
+        nodes[i].last = nodes[i].start + 0xfff;
+        order[i] = i;
+    }
+    for (size_t i = n - 1; i > 0; i--) {
+        size_t j = rnd_below(i + 1), x = order[i];
+
+        order[i] = order[j];
+        order[j] = x;
+    }
+    for (size_t i = 0; i < n; i++)
+        mrc_itree_insert(&t, &nodes[order[i]]);
+    for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+        const size_t k = runs[r], reps = 2000;
+
+        total = 0;
+        for (size_t rep = 0; rep < reps; rep++) {
+            size_t i = rnd_below(n - k);
+
+            t0 = now_ns();
+            mrc_itree_remove_range(&t, nodes[i].start, nodes[i + k - 1].last, bench_drop, &dropped);
+            total += now_ns() - t0;
+            for (size_t j = i; j < i + k; j++)
+                mrc_itree_insert(&t, &nodes[j]);
+        }
+        printf("itree bench %8zu nodes: remove_range of %3zu nodes %8.1f ns (%5.1f ns/node)\n",
+               n, k, total / (double)reps, total / (double)(reps * k));
+    }
+    t0 = now_ns();
+    mrc_itree_remove_range(&t, nodes[n / 4].start, nodes[3 * n / 4 - 1].last, bench_drop, &dropped);
+    total = now_ns() - t0;
+    printf("itree bench %8zu nodes: remove_range of the middle half %5.1f ns/node%s\n", n,
+           total / (double)(3 * n / 4 - n / 4), t.count == n - (3 * n / 4 - n / 4) ? "" : " (count!)");
+    free(nodes);
+    free(order);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         bench(10000);
         bench(1000000);
+        bench_remove_range(32768);
+        bench_remove_range(1000000);
         return 0;
     }
     RUN(test_empty_and_reversed);
@@ -762,6 +1094,8 @@ int main(int argc, char **argv)
     RUN(test_checker_detects_corruption);
     RUN(test_sequential_and_equal);
     RUN(test_remove_range_shares);
+    RUN(test_remove_range_cuts);
+    RUN(test_remove_range_large);
     RUN(test_random_vs_model);
     CHECK_EXIT();
 }
