@@ -9,12 +9,13 @@
  * owns the dead entry (deregisters it, or defers that when inside a hook). */
 #include <errno.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/cache.h"
+#include "util/clock.h"
 
 #define HINTS 64   /* per thread: 32 sets of 2, by the request's first page */
 #define BATCH 16
+#define SPARES 16  /* entries a thread takes from the pool at once, for its next misses */
 #define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
@@ -23,23 +24,52 @@ struct mrc_thread_state {
     struct mrc_entry *hint[HINTS];
     struct mrc_entry *batch[BATCH];   /* released entries whose LRU move is pending */
     unsigned nbatch;
+    /* A miss takes its entry from here: no pool lock (two locked instructions and a
+     * line other threads write) on the miss path, one acquisition per SPARES misses. */
+    unsigned nspare;
+    int spares_keyed;                 /* spare_key holds the cache: spares return at exit */
+    struct mrc_entry *spare[SPARES];
 };
 
 static __thread struct mrc_thread_state ts;
 static uint64_t next_cache_id = 1;
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
 
-static uint64_t now_ns(void)
+/* At thread exit: the spares go back to their pool, unless the cache was made anew since
+ * (a forked child's, whose old pool stays behind with everything in it). */
+static void spares_release(void *arg)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+    struct mrc_cache *c = arg;
+    if (ts.cache_id == c->id)
+        for (unsigned i = 0; i < ts.nspare; i++)
+            mrc_pool_put(&c->entries, ts.spare[i]);
+    ts.nspare = 0;
 }
 
-static void peak_update(uint64_t *peak, uint64_t v)
+static void spare_key_create(void)
 {
-    uint64_t p = LD(peak);
-    while (v > p && !__atomic_compare_exchange_n(peak, &p, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
+    pthread_key_create(&spare_key, spares_release);
+}
+
+/* Counts a new back-end registration of len bytes in the gauges (under the lock). A
+ * peak can only be reached when a registration is made, so checking here is exact. */
+static void gauge_made_locked(struct mrc_cache *c, uint64_t len)
+{
+    ST(&c->reg_made, c->reg_made + 1);
+    ST(&c->reg_made_bytes, c->reg_made_bytes + len);
+    uint64_t n = c->reg_made - LD(&c->reg_freed), b = c->reg_made_bytes - LD(&c->reg_freed_bytes);
+    if (n > c->reg_count_peak)
+        ST(&c->reg_count_peak, n);
+    if (b > c->reg_bytes_peak)
+        ST(&c->reg_bytes_peak, b);
+}
+
+/* Announces a miss to concurrent unmaps (see mrc_cache_unmap_begin); done when it has
+ * either counted its entry in tree_count or kept it private. */
+static void miss_done(struct mrc_cache *c)
+{
+    __atomic_fetch_sub(&c->misses, 1, __ATOMIC_SEQ_CST);
 }
 
 static struct mrc_thread_state *thread_state(struct mrc_cache *c)
@@ -195,12 +225,12 @@ static struct mrc_entry *tree_lookup_locked(struct mrc_cache *c, void *domain, u
 static void entry_dereg(struct mrc_cache *c, struct mrc_entry *e)
 {
     uint64_t len = mrc_entry_len(e);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = mrc_ticks();
     c->p.ops.dereg(c->p.ops.ctx, e->reg);
-    mrc_stat_add(MRC_STAT_REAL_DEREG_NS, now_ns() - t0);
+    mrc_stat_add(MRC_STAT_REAL_DEREG_NS, mrc_ticks() - t0);
     mrc_stat_add(MRC_STAT_REAL_DEREGS, 1);
-    __atomic_fetch_sub(&c->reg_count, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_sub(&c->reg_bytes, len, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->reg_freed, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->reg_freed_bytes, len, __ATOMIC_RELAXED);
     ST(&e->flags, 0u);
     mrc_pool_put(&c->entries, e);
 }
@@ -251,10 +281,10 @@ static struct mrc_entry *take_deferred_locked(struct mrc_cache *c)
     return list;
 }
 
-/* Chunks (512 entries each) of touched memory the entry pool keeps ready: one being
- * refilled while another is used keeps a burst of misses off fresh pages as long as a
- * miss takes longer than the refill's first touches (about 1 us per entry here). */
-#define ENTRY_RESERVE 2
+/* Chunks (512 entries each) of touched memory the entry pool keeps ready: the helper is
+ * woken when half are used (one wake-up per 1024 misses: each costs the waker ~30 us
+ * here), and refills faster than misses use them (about 1 us per entry here). */
+#define ENTRY_RESERVE 4
 
 void mrc_cache_set_reserve(struct mrc_cache *c, void (*low)(void *arg), void *arg)
 {
@@ -346,10 +376,10 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
     __atomic_store_n(&slot->seq, s + 1, __ATOMIC_RELEASE);
     /* A miss that read the sequence after our increment cannot see our range: the
      * ticket lets mrc_cache_unmap_done tell whether one overlapped the unmap. */
-    uint64_t ticket = __atomic_load_n(&c->misses_begun, __ATOMIC_SEQ_CST) << 1 |
-                      (__atomic_load_n(&c->inflight, __ATOMIC_SEQ_CST) != 0);
-    /* The lock-free shortcut is safe only with no miss in flight: a miss leaves
-     * 'inflight' only after its insertion is counted in tree_count. */
+    uint64_t m = __atomic_load_n(&c->misses, __ATOMIC_SEQ_CST);
+    uint64_t ticket = (m >> MRC_MISSES_INFLIGHT_BITS) << 1 | ((m & MRC_MISSES_INFLIGHT_MASK) != 0);
+    /* The lock-free shortcut is safe only with no miss in flight: a miss leaves the
+     * in-flight count only after its insertion is counted in tree_count. */
     if (!(ticket & 1) && !__atomic_load_n(&c->tree_count, __ATOMIC_SEQ_CST))
         return ticket;
 
@@ -377,8 +407,8 @@ void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, u
 {
     if (!__atomic_load_n(&c->active, __ATOMIC_SEQ_CST))
         return;
-    if ((ticket & 1) || (ticket >> 1) != __atomic_load_n(&c->misses_begun, __ATOMIC_SEQ_CST) ||
-        __atomic_load_n(&c->inflight, __ATOMIC_SEQ_CST))
+    uint64_t m = __atomic_load_n(&c->misses, __ATOMIC_SEQ_CST);
+    if ((ticket & 1) || (ticket >> 1) != m >> MRC_MISSES_INFLIGHT_BITS || (m & MRC_MISSES_INFLIGHT_MASK))
         mrc_cache_unmap_begin(c, addr, len, cause);
 }
 
@@ -415,9 +445,9 @@ static int backend_reg(struct mrc_cache *c, void *domain, uint64_t first, uint64
                        int64_t iova_off, uint32_t access, void **reg)
 {
     uint64_t len = last - first + 1;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = mrc_ticks();
     int rc = c->p.ops.reg(c->p.ops.ctx, domain, first, len, first + (uint64_t)iova_off, access, reg);
-    uint64_t dt = now_ns() - t0;
+    uint64_t dt = mrc_ticks() - t0;
     if (rc == 0) {
         mrc_stat_add(MRC_STAT_REAL_REGS, 1);
         mrc_stat_add(MRC_STAT_REAL_REG_NS, dt);
@@ -476,9 +506,10 @@ static void merge_range_locked(struct mrc_cache *c, void *domain, int64_t iova_o
     }
 }
 
-/* Fills in a fresh entry (ref still 0) for a registration just made. */
-static void entry_init(struct mrc_cache *c, struct mrc_entry *e, void *domain, uint64_t first,
-                       uint64_t last, int64_t iova_off, uint32_t access, void *reg)
+/* Fills in a fresh entry (ref still 0) for a registration just made; the caller counts
+ * it in the gauges (gauge_made_locked). */
+static void entry_init(struct mrc_entry *e, void *domain, uint64_t first, uint64_t last,
+                       int64_t iova_off, uint32_t access, void *reg)
 {
     /* Relaxed atomic stores: a stale hint may be reading these; it cannot take a
      * reference until ref is published non-zero. */
@@ -489,29 +520,41 @@ static void entry_init(struct mrc_cache *c, struct mrc_entry *e, void *domain, u
     ST(&e->access, access);
     ST(&e->flags, 0u);
     e->reg = reg;
-    uint64_t len = last - first + 1;
-    peak_update(&c->reg_count_peak, __atomic_add_fetch(&c->reg_count, 1, __ATOMIC_RELAXED));
-    peak_update(&c->reg_bytes_peak, __atomic_add_fetch(&c->reg_bytes, len, __ATOMIC_RELAXED));
 }
 
 static struct mrc_entry *entry_new(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
                                    int64_t iova_off, uint32_t access, void *reg)
 {
     struct mrc_entry *e = mrc_pool_get(&c->entries);
-    if (e)
-        entry_init(c, e, domain, first, last, iova_off, access, reg);
+    if (e) {
+        entry_init(e, domain, first, last, iova_off, access, reg);
+        pthread_mutex_lock(&c->lock);
+        gauge_made_locked(c, last - first + 1);
+        pthread_mutex_unlock(&c->lock);
+    }
     return e;
 }
 
-/* A miss's entry, taken before its registration: the entry's cache lines (never used,
- * or last written by another thread) then arrive while the back-end works, instead of
- * stalling the insertion after it (~100 ns here). The pool's get writes the first line;
- * the second is prefetched. */
-static struct mrc_entry *entry_alloc(struct mrc_cache *c)
+/* A miss's entry, taken before its registration from the thread's spares. The next
+ * spare's lines (never used, or last written by another thread) are prefetched: they
+ * arrive while this miss's back-end call works instead of stalling the next miss. */
+static struct mrc_entry *entry_alloc(struct mrc_cache *c, struct mrc_thread_state *t)
 {
-    struct mrc_entry *e = mrc_pool_get(&c->entries);
-    if (e)
-        __builtin_prefetch(&e->lru_next, 1);
+    if (!t->nspare) {
+        t->nspare = (unsigned)mrc_pool_get_many(&c->entries, (void **)t->spare, SPARES);
+        if (!t->nspare)
+            return NULL;
+        if (!t->spares_keyed) {
+            pthread_once(&spare_once, spare_key_create);
+            pthread_setspecific(spare_key, c);
+            t->spares_keyed = 1;
+        }
+    }
+    struct mrc_entry *e = t->spare[--t->nspare];
+    if (t->nspare) {
+        __builtin_prefetch(t->spare[t->nspare - 1], 1);
+        __builtin_prefetch(&t->spare[t->nspare - 1]->lru_next, 1);
+    }
     return e;
 }
 
@@ -579,17 +622,14 @@ int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len
     if (!remote && iova_off == 0)
         merge_range_locked(c, domain, iova_off, access, &rf, &rl);
     uint64_t seq0 = __atomic_load_n(&c->inval_seq, __ATOMIC_SEQ_CST);
-    /* inflight before misses_begun, as unmap_begin reads them in the other order: any
-     * interleaving then shows the miss to the ticket or to unmap_done. */
-    __atomic_fetch_add(&c->inflight, 1, __ATOMIC_SEQ_CST);
-    __atomic_fetch_add(&c->misses_begun, 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_add(&c->misses, MRC_MISSES_BEGIN, __ATOMIC_SEQ_CST);
     struct mrc_entry *dead = take_deferred_locked(c);
     pthread_mutex_unlock(&c->lock);
     dereg_list(c, dead);
     mrc_stat_add(MRC_STAT_MISSES, 1);
-    e = entry_alloc(c);
+    e = entry_alloc(c, t);
     if (!e) {
-        __atomic_fetch_sub(&c->inflight, 1, __ATOMIC_SEQ_CST);
+        miss_done(c);
         return -ENOMEM;
     }
 
@@ -602,19 +642,20 @@ int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len
         rc = reg_retry(c, domain, rf, rl, iova_off, access, &reg);
     }
     if (rc) {
-        __atomic_fetch_sub(&c->inflight, 1, __ATOMIC_SEQ_CST);
-        mrc_pool_put(&c->entries, e);   /* never published: no reader holds it */
+        miss_done(c);
+        t->spare[t->nspare++] = e;   /* never published: no reader holds it */
         mrc_stat_add(MRC_STAT_REG_FAILURES, 1);
         return rc;
     }
-    entry_init(c, e, domain, rf, rl, iova_off, access, reg);
+    entry_init(e, domain, rf, rl, iova_off, access, reg);
 
     struct mrc_entry *victims = NULL;
     pthread_mutex_lock(&c->lock);
+    gauge_made_locked(c, rl - rf + 1);
     if (raced_locked(c, seq0, rf, rl)) {
         /* Part of the range was unmapped while we registered it: the pages we pinned may
          * be the old ones. Hand it to this caller alone, never to a later one. */
-        __atomic_fetch_sub(&c->inflight, 1, __ATOMIC_SEQ_CST);
+        miss_done(c);
         pthread_mutex_unlock(&c->lock);
         mrc_stat_add(MRC_STAT_RACED, 1);
         ST(&e->flags, MRC_E_PRIVATE);
@@ -641,10 +682,13 @@ int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len
     mrc_itree_insert(&c->tree, &e->node);
     lru_add_tail(c, e);
     c->tree_bytes += mrc_entry_len(e);
+    /* Plain stores: nobody else writes a fresh entry, a hint reader's increment of ref
+     * (acquire) then sees IN_TREE, and miss_done's seq_cst subtraction orders the new
+     * tree_count before an unmap that finds no miss in flight. */
+    ST(&e->flags, MRC_E_IN_TREE);
     __atomic_store_n(&e->ref, 2u, __ATOMIC_RELEASE);   /* the tree's and the caller's */
-    __atomic_or_fetch(&e->flags, MRC_E_IN_TREE, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&c->tree_count, c->tree_count + 1, __ATOMIC_SEQ_CST);
-    __atomic_fetch_sub(&c->inflight, 1, __ATOMIC_SEQ_CST);
+    ST(&c->tree_count, c->tree_count + 1);
+    miss_done(c);
     if (c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes)
         victims = evict_locked(c, 0, NULL);
     dead = take_deferred_locked(c);
@@ -730,9 +774,9 @@ void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_cache_gauges *g)
     g->tree_bytes = c->tree_bytes;
     g->deferred = c->ndeferred;
     g->deferred_bytes = c->deferred_bytes;
+    g->entries = c->reg_made - LD(&c->reg_freed);
+    g->entries_peak = c->reg_count_peak;
+    g->bytes = c->reg_made_bytes - LD(&c->reg_freed_bytes);
+    g->bytes_peak = c->reg_bytes_peak;
     pthread_mutex_unlock(&c->lock);
-    g->entries = LD(&c->reg_count);
-    g->entries_peak = LD(&c->reg_count_peak);
-    g->bytes = LD(&c->reg_bytes);
-    g->bytes_peak = LD(&c->reg_bytes_peak);
 }

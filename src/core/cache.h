@@ -65,6 +65,13 @@ struct mrc_entry {
 
 #define MRC_INVAL_RING 64
 
+/* mrc_cache.misses: the low bits count misses registering right now, the high bits the
+ * misses that have read inval_seq. One word, so a miss announces itself with one atomic
+ * add and an unmap reads both at once. */
+#define MRC_MISSES_INFLIGHT_BITS 24
+#define MRC_MISSES_INFLIGHT_MASK ((UINT64_C(1) << MRC_MISSES_INFLIGHT_BITS) - 1)
+#define MRC_MISSES_BEGIN ((UINT64_C(1) << MRC_MISSES_INFLIGHT_BITS) | 1)
+
 /* Fields are grouped by who writes them, each group on cache lines of its own: a hit
  * reads the first group and writes none of them, so hits on different threads share
  * no written line. */
@@ -87,12 +94,14 @@ struct mrc_cache {
     struct mrc_entry *deferred;   /* dead entries waiting for deregistration */
     uint64_t tree_bytes;
     /* Written without the lock by misses and invalidations. */
-    uint32_t inflight MRC_LINE;   /* misses registering right now */
-    uint64_t misses_begun;        /* misses that have read inval_seq */
+    uint64_t misses MRC_LINE;     /* MRC_MISSES_*: misses begun and in flight, in one word */
     uint64_t inval_seq;           /* invalidations begun; their ranges in ring[] */
     struct { uint64_t seq, first, last; } ring[MRC_INVAL_RING];
-    /* Gauges: live back-end registrations made by the cache (in the tree, in use, deferred). */
-    uint64_t reg_count MRC_LINE, reg_count_peak, reg_bytes, reg_bytes_peak;
+    /* Gauges of the back-end registrations the cache made (in the tree, in use,
+     * deferred): live = made - freed. Made and the peaks under the lock, so that a miss
+     * counts with plain stores; freed by any thread, on a line of its own. */
+    uint64_t reg_made MRC_LINE, reg_made_bytes, reg_count_peak, reg_bytes_peak;
+    uint64_t reg_freed MRC_LINE, reg_freed_bytes;
     struct mrc_pool entries;
 };
 

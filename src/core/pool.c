@@ -129,25 +129,30 @@ int mrc_pool_refill(struct mrc_pool *p)
     }
 }
 
-void *mrc_pool_get(struct mrc_pool *p)
+size_t mrc_pool_get_many(struct mrc_pool *p, void **objs, size_t n)
 {
-    void *obj = NULL, *next = NULL;
+    size_t got = 0;
+    void *next = NULL;
     struct mrc_pool_chunk fresh = { NULL, NULL };
     void (*low)(void *arg) = NULL;
     void *low_arg = NULL;
     pthread_mutex_lock(&p->lock);
-    if (p->free_list) {
-        obj = p->free_list;
-        p->free_list = next = *(void **)obj;
-    } else {
+    while (got < n && p->free_list) {
+        objs[got] = p->free_list;
+        p->free_list = next = *(void **)objs[got++];
+    }
+    if (got < n && !p->free_list) {
+        /* At most one new chunk per call: one populate, one wake-up of the refiller. */
         if (p->cur.start == p->cur.end) {
             if (p->nready)
                 p->cur = p->ready[--p->nready];
             else if (carve_locked(p, &p->cur, 1) == 0)
                 fresh = p->cur;      /* none ready: today's caller pays the first touch */
             /* With a refill under way, the refiller looks at nready again before it
-             * stops: only an idle one needs asking. Once per chunk at most. */
-            if (p->low && !p->preparing && p->nready < p->reserve) {
+             * stops: only an idle one needs asking. Once the reserve is down to half:
+             * a wake-up is a system call and an IPI (~30 us in a VM), so each one
+             * asks for several chunks. */
+            if (p->low && !p->preparing && 2 * p->nready <= p->reserve) {
                 /* The refiller never maps: give it the next arena now, here, inside
                  * the caller's registration (one mmap, nothing touched). */
                 if ((size_t)(p->bump_end - p->bump) < p->obj_size)
@@ -156,15 +161,13 @@ void *mrc_pool_get(struct mrc_pool *p)
                 low_arg = p->low_arg;
             }
         }
-        if (p->cur.start != p->cur.end) {
-            obj = p->cur.start;
+        while (got < n && p->cur.start != p->cur.end) {
+            objs[got++] = p->cur.start;
             p->cur.start += p->obj_size;
-            if (p->cur.start != p->cur.end)
-                next = p->cur.start;
         }
+        next = p->cur.start != p->cur.end ? p->cur.start : NULL;
     }
-    if (obj)
-        p->live++;
+    p->live += got;
     pthread_mutex_unlock(&p->lock);
     /* Outside the lock: other gets may cut objects from the chunk meanwhile, and
      * populating writes nothing they could see. */
@@ -180,11 +183,19 @@ void *mrc_pool_get(struct mrc_pool *p)
         if (p->obj_size > 64)
             __builtin_prefetch((char *)next + 64, 1);
     }
-    if (obj && p->zero)
-        memset(obj, 0, p->obj_size);
-    else if (obj)
-        *(void **)obj = NULL;
-    return obj;
+    for (size_t i = 0; i < got; i++) {
+        if (p->zero)
+            memset(objs[i], 0, p->obj_size);
+        else
+            *(void **)objs[i] = NULL;
+    }
+    return got;
+}
+
+void *mrc_pool_get(struct mrc_pool *p)
+{
+    void *obj;
+    return mrc_pool_get_many(p, &obj, 1) ? obj : NULL;
 }
 
 void mrc_pool_put(struct mrc_pool *p, void *obj)

@@ -48,9 +48,9 @@ void mrc_pool_init(struct mrc_pool *p, size_t obj_size, int zero);
 /* Keeps 'chunks' (at most MRC_POOL_MAX_RESERVE; 0 turns the reserve off) chunks of fresh
  * memory ready, touched by mrc_pool_refill on another thread, so that a get rarely pays
  * a page's first touch (tens of microseconds in some VMs). low(arg) is called, without
- * the pool lock and from whatever thread gets, when the reserve runs low and no refill
- * is under way: it must only wake the refilling thread (no blocking, no malloc, no call
- * into the pool). Any thread, any time. */
+ * the pool lock and from whatever thread gets, when the reserve is down to half and no
+ * refill is under way: it must only wake the refilling thread (no blocking, no malloc,
+ * no call into the pool). Any thread, any time. */
 void mrc_pool_set_reserve(struct mrc_pool *p, unsigned chunks, void (*low)(void *arg), void *arg);
 
 /* Tops the reserve up from the arenas already mapped (never maps one: only gets do, so
@@ -63,6 +63,11 @@ int mrc_pool_refill(struct mrc_pool *p);
 
 /* Returns an object (zeroed if the pool zeroes), or NULL when the kernel gives no memory. */
 void *mrc_pool_get(struct mrc_pool *p);
+
+/* Up to n objects into objs[] under one lock acquisition, for a caller that keeps a few
+ * at hand (fewer when the free list and the current chunk run out; 0 only when the
+ * kernel gives no memory). Returns how many. */
+size_t mrc_pool_get_many(struct mrc_pool *p, void **objs, size_t n);
 
 /* Returns obj (from this pool) for reuse. */
 void mrc_pool_put(struct mrc_pool *p, void *obj);

@@ -7,7 +7,6 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MRCACHE_BUILDING_LIBRARY
@@ -17,6 +16,7 @@
 #include "interpose/state.h"
 #include "monitor/patch.h"
 #include "monitor/uffd.h"
+#include "util/clock.h"
 #include "util/report.h"
 
 _Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V2 &&
@@ -30,13 +30,6 @@ static int api_ready(void)
     if (!mrc_ready())
         mrc_init();
     return mrc_ready() ? 0 : -EAGAIN;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 static unsigned monitor_mask(void)
@@ -119,7 +112,7 @@ static int do_flush(struct ibv_pd *pd, unsigned flags)
 
 static void collect(struct mrc_report *r)
 {
-    mrc_report_collect(r, &mrc_g.cache, now_ns() - mrc_g.start_ns, mrc_monitor_name());
+    mrc_report_collect(r, &mrc_g.cache, mrc_now_ns() - mrc_g.start_ns, mrc_monitor_name());
 }
 
 static int do_stats_read(size_t size, struct mrcache_stats *out)

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MRCACHE_BUILDING_LIBRARY
@@ -28,19 +27,13 @@
 #include "monitor/patch.h"
 #include "monitor/uffd.h"
 #include "util/callsite.h"
+#include "util/clock.h"
 #include "util/dumpsig.h"
 #include "util/leaks.h"
 #include "util/log.h"
 #include "util/report.h"
 
 struct mrc_state mrc_g;
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* The active sources, e.g. "patch+preload+malloc", "patch(5/8)+preload+malloc+uffd". */
 const char *mrc_monitor_name(void)
@@ -60,7 +53,7 @@ static void dump_stats(int at_exit)
 {
     const char *dest = mrc_g.cfg.stats;
     struct mrc_report r;
-    mrc_report_collect(&r, &mrc_g.cache, now_ns() - mrc_g.start_ns, mrc_monitor_name());
+    mrc_report_collect(&r, &mrc_g.cache, mrc_now_ns() - mrc_g.start_ns, mrc_monitor_name());
     if (!strcmp(dest, "off") || !strcmp(dest, "0"))
         return;
     if (!strcmp(dest, "auto")) {
@@ -161,7 +154,8 @@ void mrc_init(void)
     int expected = 0;
     if (!__atomic_compare_exchange_n(&mrc_g.ready, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return;
-    mrc_g.start_ns = now_ns();
+    mrc_g.start_ns = mrc_now_ns();
+    mrc_clock_init();
     mrc_config_load(&mrc_g.cfg);
     mrc_log_level = mrc_g.cfg.log_level;
     if (mrc_g.cfg.help)

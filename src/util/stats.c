@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "util/clock.h"
 #include "util/rawmem.h"
 #include "util/stats.h"
 
@@ -122,6 +123,11 @@ void mrc_stats_sum(struct mrc_stats_block *out)
         add_block(out, b);
     add_block(out, &shared_block);
     pthread_mutex_unlock(&blocks_lock);
+    /* Counted in ticks (util/clock.h): a registration pays two counter reads. */
+    out->v[MRC_STAT_REAL_REG_NS] = mrc_ticks_to_ns(out->v[MRC_STAT_REAL_REG_NS]);
+    out->v[MRC_STAT_REAL_DEREG_NS] = mrc_ticks_to_ns(out->v[MRC_STAT_REAL_DEREG_NS]);
+    for (int i = 0; i < MRC_HIST_BUCKETS; i++)
+        out->hist[MRC_HIST_REG_NS][i] = mrc_ticks_to_ns(out->hist[MRC_HIST_REG_NS][i]);
 }
 
 static void zero_block(struct mrc_stats_block *b)

@@ -1,9 +1,10 @@
 /* test_cache.c - the cache core against a counting fake back-end: rights, iova offsets,
  * merging, limits and LRU order, ENOMEM retry, invalidation (in use, deferred, never
- * calling the back-end; one by one and in bulk), flush by domain, forget, the entry
- * pool's reserve (refilled from another thread while gets run), and a threaded stress
- * in which no lookup may return an entry overlapping a range whose invalidation has
- * returned. */
+ * calling the back-end; one by one and in bulk), flush by domain, forget, gauges and
+ * their peaks, back-end time counted in ticks, a thread's spare entries, the entry
+ * pool (batched gets; its reserve, refilled from another thread while gets run and
+ * asked for at half), and a threaded stress in which no lookup may return an entry
+ * overlapping a range whose invalidation has returned. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include "check.h"
 #include "core/cache.h"
 #include "fake_backend.h"
+#include "util/clock.h"
 
 /* Access bits of the tests' own: the core is told which are remote and which local. */
 #define LW  0x1u    /* local write */
@@ -441,6 +443,93 @@ static void test_gauges_and_stats(void)
     CHECK(s.v[MRC_STAT_INVALIDATED] == 1 && s.v[MRC_STAT_INVAL_BASE + MRC_INVAL_BRK] == 1);
 }
 
+/* Live registrations are made minus freed; the peaks stay at the highest live count
+ * even after deregistrations bring it down, and rise only past it. */
+static void test_gauges_peak_after_deregistrations(void)
+{
+    setup();
+    for (uint64_t i = 0; i < 3; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0xd000000 + i * 2 * PG, PG, LW));
+    mrc_cache_invalidate(&cache, 0xd000000, 6 * PG, MRC_INVAL_MUNMAP);
+    mrc_cache_drain(&cache);
+    CHECK(fb.live == 0);
+    struct mrc_entry *e = get(&dom_a, 0xd100000, 2 * PG, LW);
+    struct mrc_cache_gauges g;
+    mrc_cache_get_gauges(&cache, &g);
+    CHECKF(g.entries == 1 && g.entries_peak == 3, "entries %llu, peak %llu", (unsigned long long)g.entries,
+           (unsigned long long)g.entries_peak);
+    CHECK(g.bytes == 2 * PG && g.bytes_peak == 3 * PG);
+    for (uint64_t i = 0; i < 3; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0xd200000 + i * 2 * PG, PG, LW));
+    mrc_cache_get_gauges(&cache, &g);
+    CHECK(g.entries == 4 && g.entries_peak == 4 && g.bytes_peak == 5 * PG);
+    mrc_cache_put(&cache, e);
+}
+
+/* A registration that takes SLOW_NS of CLOCK_MONOTONIC, as the back-end itself sees it. */
+#define SLOW_NS 3000000u
+static uint64_t slow_seen_ns;
+
+static int slow_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
+                    void **out)
+{
+    uint64_t t0 = mrc_now_ns(), t;
+    while ((t = mrc_now_ns()) - t0 < SLOW_NS)
+        ;
+    slow_seen_ns += t - t0;
+    return fake_reg(ctx, domain, addr, len, iova, access, out);
+}
+
+/* The back-end's time is counted in cheap ticks (the TSC where it is invariant) and
+ * summed as nanoseconds: the figure must agree with CLOCK_MONOTONIC over the same calls
+ * (two clocks compared, no bound on how long anything takes), and two sums of the same
+ * counts must agree exactly. */
+static void test_reg_time_counted_in_ns(void)
+{
+    mrc_clock_init();
+    fake_init(&fb);
+    struct mrc_cache_params p = {
+        .ops = { slow_reg, fake_dereg, &fb }, .max_entries = 100, .max_bytes = 1ull << 40,
+        .max_deferred_bytes = 1u << 20, .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
+    };
+    CHECK(mrc_cache_init(&cache, &p) == 0);
+    mrc_stats_reset();
+    slow_seen_ns = 0;
+    for (uint64_t i = 0; i < 4; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0xf000000 + i * 2 * PG, PG, LW));
+    struct mrc_stats_block s1, s2;
+    mrc_stats_sum(&s1);
+    mrc_stats_sum(&s2);
+    uint64_t ns = s1.v[MRC_STAT_REAL_REG_NS];
+    CHECKF(ns >= slow_seen_ns - slow_seen_ns / 100 && ns <= slow_seen_ns + slow_seen_ns / 20,
+           "counted %llu ns, the back-end saw %llu ns", (unsigned long long)ns, (unsigned long long)slow_seen_ns);
+    CHECK(s2.v[MRC_STAT_REAL_REG_NS] == ns);
+    uint64_t hist = 0;
+    for (int i = 0; i < MRC_HIST_BUCKETS; i++)
+        hist += s1.hist[MRC_HIST_REG_NS][i];
+    CHECKF(hist >= ns - ns / 1000 && hist <= ns + ns / 1000, "histogram %llu ns, total %llu ns",
+           (unsigned long long)hist, (unsigned long long)ns);
+}
+
+/* A thread's spare entries go back to the pool when it exits: only the one its miss
+ * used (still cached) stays out. */
+static void *one_miss_thread(void *arg)
+{
+    (void)arg;
+    mrc_cache_put(&cache, get(&dom_a, 0xe000000, PG, LW));
+    return NULL;
+}
+
+static void test_thread_spares_return_at_exit(void)
+{
+    setup();
+    pthread_t t;
+    pthread_create(&t, NULL, one_miss_thread, NULL);
+    pthread_join(t, NULL);
+    CHECKF(cache.entries.live == 1, "%zu entries out of the pool", cache.entries.live);
+    CHECK(cache.tree_count == 1);
+}
+
 static void test_invalidate_bulk_in_use_and_idle(void)
 {
     setup_with(100000, 1ull << 40, MRC_REMOTE_EXACT);
@@ -561,6 +650,57 @@ static void test_pool_reserve_used_before_fresh_chunks(void)
     CHECK(!mrc_pool_owns(&tpool, o + 16) && !mrc_pool_owns(&tpool, &tpool));
     mrc_pool_set_reserve(&tpool, 0, on_low, NULL);
     CHECK(mrc_pool_refill(&tpool) == 0 && tpool.nready == 2);   /* ready chunks stay */
+}
+
+/* With a reserve of 4, the refiller is asked only once half of it is used: one wake-up
+ * (a system call) per two chunks, not per chunk. */
+static void test_pool_reserve_wakes_at_half(void)
+{
+    mrc_pool_init(&tpool, sizeof(struct mrc_entry), 0);
+    mrc_pool_set_reserve(&tpool, 4, on_low, NULL);
+    /* Use chunks up, refilling after each, until the arenas (which grow, and which only
+     * gets map) have room for a full reserve. */
+    for (int i = 0; i < 64 && tpool.nready < 4; i++) {
+        while (tpool.cur.start != tpool.cur.end)
+            mrc_pool_get(&tpool);
+        mrc_pool_get(&tpool);
+        CHECK(mrc_pool_refill(&tpool) == 0);
+    }
+    CHECKF(tpool.nready == 4, "%u chunks ready", tpool.nready);
+    unsigned asked = low_calls;
+    for (int chunk = 1; chunk <= 2; chunk++) {
+        while (tpool.cur.start != tpool.cur.end)
+            mrc_pool_get(&tpool);
+        mrc_pool_get(&tpool);                /* takes a ready chunk */
+        CHECKF(low_calls == asked + (chunk == 2), "chunk %d: %u calls", chunk, low_calls - asked);
+    }
+    CHECK(tpool.nready == 2);
+}
+
+/* get_many: the free list first, then the current chunk, never past one new chunk. */
+static void test_pool_get_many(void)
+{
+    mrc_pool_init(&tpool, sizeof(struct mrc_entry), 0);
+    void *o[8];
+    CHECK(mrc_pool_get_many(&tpool, o, 8) == 8 && tpool.live == 8);
+    for (int i = 1; i < 8; i++)
+        CHECK((char *)o[i] == (char *)o[i - 1] + tpool.obj_size);
+    mrc_pool_put(&tpool, o[2]);
+    mrc_pool_put(&tpool, o[5]);
+    void *p[4];
+    CHECK(mrc_pool_get_many(&tpool, p, 4) == 4 && tpool.live == 10);
+    CHECK(p[0] == o[5] && p[1] == o[2]);                   /* freed ones first */
+    CHECK((char *)p[2] == (char *)o[7] + tpool.obj_size);  /* then the chunk */
+    size_t left = (size_t)(tpool.cur.end - tpool.cur.start) / tpool.obj_size;
+    void **rest = calloc(left + 8, sizeof(void *));
+    CHECK(mrc_pool_get_many(&tpool, rest, left) == left && tpool.cur.start == tpool.cur.end);
+    size_t per_chunk = tpool.chunk_size / tpool.obj_size;
+    CHECK(per_chunk >= 8);
+    /* More than a chunk holds: one new chunk, then stop. */
+    void **big = calloc(per_chunk + 8, sizeof(void *));
+    CHECK(mrc_pool_get_many(&tpool, big, per_chunk + 8) <= per_chunk);
+    free(big);
+    free(rest);
 }
 
 #define POOL_GETTERS 2
@@ -802,6 +942,11 @@ int main(void)
     RUN(test_flush_by_domain);
     RUN(test_forget_never_deregisters);
     RUN(test_gauges_and_stats);
+    RUN(test_gauges_peak_after_deregistrations);
+    RUN(test_reg_time_counted_in_ns);
+    RUN(test_thread_spares_return_at_exit);
+    RUN(test_pool_get_many);
+    RUN(test_pool_reserve_wakes_at_half);
     RUN(test_invalidate_bulk_in_use_and_idle);
     RUN(test_invalidate_everything_at_once);
     RUN(test_pool_reserve_used_before_fresh_chunks);
