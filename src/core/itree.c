@@ -187,26 +187,31 @@ void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n)
     node_t **link = &t->root;
     unsigned depth = 0;
 
-    for (unsigned i = 0; i < t->npath; i++)
-        __builtin_prefetch(t->path[i], 1);
     /* Every node on the descent path gains n in its subtree, so raise its
      * subtree_last now; the fixup rotations keep the values exact. */
     while (*link) {
         p = *link;
         if (depth < MRC_ITREE_PATH)
-            t->path[depth++] = p;
+            __atomic_store_n(&t->path[depth++], p, __ATOMIC_RELAXED);
         if (p->subtree_last < n->last)
             p->subtree_last = n->last;
         /* Ties go right, so equal starts stay in insertion order. */
         link = n->start < p->start ? &p->left : &p->right;
     }
-    t->npath = depth;
+    __atomic_store_n(&t->npath, depth, __ATOMIC_RELAXED);
     n->subtree_last = n->last;
     n->left = n->right = NULL;
     n->parent_color = (uintptr_t)p;   /* red */
     *link = n;
     t->count++;
     insert_fixup(&t->root, n);
+}
+
+void mrc_itree_prefetch_insert(const struct mrc_itree *t)
+{
+    unsigned n = __atomic_load_n(&t->npath, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < n && i < MRC_ITREE_PATH; i++)
+        __builtin_prefetch(__atomic_load_n(&t->path[i], __ATOMIC_RELAXED), 1);
 }
 
 /* Restores the red-black rules after a black node was unlinked from above x, leaving

@@ -27,8 +27,9 @@ _Static_assert(sizeof(struct mrc_itree_node) == 48, "itree node grew: it is per 
 struct mrc_itree {
     struct mrc_itree_node *root;
     size_t count;               /* nodes in the tree */
-    /* Private: the last insertion's descent, prefetched by the next one. The nodes may
-     * since have left the tree: a prefetch never faults, and pool memory stays mapped. */
+    /* Private: the last insertion's descent, for mrc_itree_prefetch_insert. The nodes
+     * may since have left the tree: a prefetch never faults, and pool memory stays
+     * mapped. Written and read with relaxed atomics: the prefetch reads it unlocked. */
     unsigned npath;
     struct mrc_itree_node *path[MRC_ITREE_PATH];
 };
@@ -37,11 +38,14 @@ struct mrc_itree {
 void mrc_itree_init(struct mrc_itree *t);
 
 /* Links n (start <= last, set by the caller) into t. O(log n). Equal ranges may coexist;
- * n is placed after every node with the same start. n must not already be in a tree.
- * Prefetches the previous insertion's path first: consecutive insertions share its upper
- * levels, and after a system call (a registration) the descent's pages would otherwise
- * miss the TLB one after another instead of together. */
+ * n is placed after every node with the same start. n must not already be in a tree. */
 void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n);
+
+/* Prefetches the previous insertion's descent: consecutive insertions share its upper
+ * levels, and after a system call (a registration) its pages would otherwise miss the
+ * TLB one after another during the next insertion instead of together, ahead of it.
+ * Needs no lock (it only issues prefetches of pointers it reads atomically). */
+void mrc_itree_prefetch_insert(const struct mrc_itree *t);
 
 /* Unlinks n, which must be in t. O(log n). n's private fields are then garbage; the
  * order of the remaining nodes is unchanged. */

@@ -131,7 +131,7 @@ int mrc_pool_refill(struct mrc_pool *p)
 
 size_t mrc_pool_get_many(struct mrc_pool *p, void **objs, size_t n)
 {
-    size_t got = 0;
+    size_t got = 0, reused;
     void *next = NULL;
     struct mrc_pool_chunk fresh = { NULL, NULL };
     void (*low)(void *arg) = NULL;
@@ -141,6 +141,7 @@ size_t mrc_pool_get_many(struct mrc_pool *p, void **objs, size_t n)
         objs[got] = p->free_list;
         p->free_list = next = *(void **)objs[got++];
     }
+    reused = got;
     if (got < n && !p->free_list) {
         /* At most one new chunk per call: one populate, one wake-up of the refiller. */
         if (p->cur.start == p->cur.end) {
@@ -183,7 +184,9 @@ size_t mrc_pool_get_many(struct mrc_pool *p, void **objs, size_t n)
         if (p->obj_size > 64)
             __builtin_prefetch((char *)next + 64, 1);
     }
-    for (size_t i = 0; i < got; i++) {
+    /* Objects cut from a chunk are untouched arena memory, zero already: writing them
+     * here would fetch cold lines for nothing (the caller's first use fetches them). */
+    for (size_t i = 0; i < reused; i++) {
         if (p->zero)
             memset(objs[i], 0, p->obj_size);
         else

@@ -52,10 +52,10 @@ const char *mrc_monitor_name(void)
 static void dump_stats(int at_exit)
 {
     const char *dest = mrc_g.cfg.stats;
-    struct mrc_report r;
-    mrc_report_collect(&r, &mrc_g.cache, mrc_now_ns() - mrc_g.start_ns, mrc_monitor_name());
     if (!strcmp(dest, "off") || !strcmp(dest, "0"))
         return;
+    struct mrc_report r;
+    mrc_report_collect(&r, &mrc_g.cache, mrc_now_ns() - mrc_g.start_ns, mrc_monitor_name());
     if (!strcmp(dest, "auto")) {
         if (!r.s.v[MRC_STAT_REQUESTS] && !r.s.v[MRC_STAT_UNCACHED])
             return;     /* a process that never registered stays silent */

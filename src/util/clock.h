@@ -32,6 +32,15 @@ static inline uint64_t mrc_ticks(void)
     return mrc_now_ns();
 }
 
+/* Ticks since t0 (from mrc_ticks on any core), or 0 if the count went backwards: the
+ * invariant-TSC bit promises a constant rate, not that every core's counter agrees, and
+ * the calling thread may have moved to another core in between. */
+static inline uint64_t mrc_ticks_since(uint64_t t0)
+{
+    int64_t d = (int64_t)(mrc_ticks() - t0);
+    return d > 0 ? (uint64_t)d : 0;
+}
+
 /* Chooses the tick source and records the calibration's starting point. Call once,
  * before any thread takes ticks (start-up); later calls do nothing. */
 void mrc_clock_init(void);

@@ -40,20 +40,20 @@ void mrc_report_collect(struct mrc_report *r, struct mrc_cache *c, uint64_t wall
 
 uint64_t mrc_report_saved_ns(const struct mrc_report *r)
 {
-    const uint64_t *regs = r->s.hist[MRC_HIST_REGS], *ns = r->s.hist[MRC_HIST_REG_NS];
     uint64_t saved = 0;
     for (int b = 0; b < MRC_HIST_BUCKETS; b++) {
-        uint64_t hits = r->s.hist[MRC_HIST_HITS][b];
+        uint64_t hits = r->s.hist[b][MRC_HIST_HITS];
         if (!hits)
             continue;
         /* The nearest size class that was registered, scaled by the size ratio (merged
          * registrations are larger than the requests they serve). */
         for (int d = 0; d < MRC_HIST_BUCKETS; d++) {
             int lo = b - d, hi = b + d;
-            int n = lo >= 0 && regs[lo] ? lo : (hi < MRC_HIST_BUCKETS && regs[hi] ? hi : -1);
+            int n = lo >= 0 && r->s.hist[lo][MRC_HIST_REGS] ? lo
+                    : (hi < MRC_HIST_BUCKETS && r->s.hist[hi][MRC_HIST_REGS] ? hi : -1);
             if (n < 0)
                 continue;
-            double avg = (double)ns[n] / (double)regs[n];
+            double avg = (double)r->s.hist[n][MRC_HIST_REG_NS] / (double)r->s.hist[n][MRC_HIST_REGS];
             double scale = n < b ? (double)(1ull << (b - n)) : 1.0 / (double)(1ull << (n - b));
             saved += (uint64_t)((double)hits * avg * scale);
             break;
@@ -112,14 +112,14 @@ static void write_text(struct buf *b, const struct mrc_report *r)
         (double)v[MRC_STAT_REAL_REG_NS] / 1e6, (double)v[MRC_STAT_REAL_DEREG_NS] / 1e6, (double)saved / 1e6);
     put(b, "  sizes: %-8s %10s %10s %10s %12s\n", "bucket", "requests", "hits", "regs", "avg reg us");
     for (int i = 0; i < MRC_HIST_BUCKETS; i++) {
-        uint64_t req = r->s.hist[MRC_HIST_REQUESTS][i];
-        if (!req && !r->s.hist[MRC_HIST_REGS][i])
+        uint64_t req = r->s.hist[i][MRC_HIST_REQUESTS];
+        if (!req && !r->s.hist[i][MRC_HIST_REGS])
             continue;
         char tmp[16];
-        uint64_t regs = r->s.hist[MRC_HIST_REGS][i];
+        uint64_t regs = r->s.hist[i][MRC_HIST_REGS];
         put(b, "         %-8s %10llu %10llu %10llu %12.2f\n", bucket_label(i, tmp, sizeof(tmp)),
-            (unsigned long long)req, (unsigned long long)r->s.hist[MRC_HIST_HITS][i], (unsigned long long)regs,
-            regs ? (double)r->s.hist[MRC_HIST_REG_NS][i] / (double)regs / 1e3 : 0.0);
+            (unsigned long long)req, (unsigned long long)r->s.hist[i][MRC_HIST_HITS], (unsigned long long)regs,
+            regs ? (double)r->s.hist[i][MRC_HIST_REG_NS] / (double)regs / 1e3 : 0.0);
     }
 }
 
@@ -143,12 +143,12 @@ static void write_json(struct buf *b, const struct mrc_report *r)
     put(b, " \"sizes\": [");
     int first = 1;
     for (int i = 0; i < MRC_HIST_BUCKETS; i++) {
-        if (!r->s.hist[MRC_HIST_REQUESTS][i] && !r->s.hist[MRC_HIST_REGS][i])
+        if (!r->s.hist[i][MRC_HIST_REQUESTS] && !r->s.hist[i][MRC_HIST_REGS])
             continue;
         put(b, "%s{\"max_bytes\": %llu, \"requests\": %llu, \"hits\": %llu, \"regs\": %llu, \"reg_ns\": %llu}",
             first ? "" : ", ", i == MRC_HIST_BUCKETS - 1 ? 0ull : (unsigned long long)(4096ull << i),
-            (unsigned long long)r->s.hist[MRC_HIST_REQUESTS][i], (unsigned long long)r->s.hist[MRC_HIST_HITS][i],
-            (unsigned long long)r->s.hist[MRC_HIST_REGS][i], (unsigned long long)r->s.hist[MRC_HIST_REG_NS][i]);
+            (unsigned long long)r->s.hist[i][MRC_HIST_REQUESTS], (unsigned long long)r->s.hist[i][MRC_HIST_HITS],
+            (unsigned long long)r->s.hist[i][MRC_HIST_REGS], (unsigned long long)r->s.hist[i][MRC_HIST_REG_NS]);
         first = 0;
     }
     put(b, "]");   /* mrc_report_ext_write adds the rest and closes the object */

@@ -55,6 +55,7 @@ static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mrc_stats_block *blocks;          /* every block, newest first */
 static struct mrc_stats_block shared_block;     /* when mmap fails: correct, if contended */
 static pthread_key_t exit_key;
+static int exit_key_ok;     /* without a key, an exiting thread's block stays owned */
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 __thread struct mrc_stats_block *mrc_stats_tls;
 
@@ -66,7 +67,7 @@ static void block_release(void *arg)
 
 static void key_init(void)
 {
-    pthread_key_create(&exit_key, block_release);
+    exit_key_ok = pthread_key_create(&exit_key, block_release) == 0;
 }
 
 static struct mrc_stats_block *block_new(void)
@@ -101,7 +102,8 @@ struct mrc_stats_block *mrc_stats_thread_block(void)
          * better than a failed registration. */
         b = &shared_block;
     }
-    pthread_setspecific(exit_key, b);
+    if (exit_key_ok)
+        pthread_setspecific(exit_key, b);
     mrc_stats_tls = b;
     return b;
 }
@@ -110,9 +112,9 @@ static void add_block(struct mrc_stats_block *out, const struct mrc_stats_block 
 {
     for (int i = 0; i < MRC_STAT_LAST; i++)
         out->v[i] += __atomic_load_n(&b->v[i], __ATOMIC_RELAXED);
-    for (int h = 0; h < MRC_HIST_LAST; h++)
-        for (int i = 0; i < MRC_HIST_BUCKETS; i++)
-            out->hist[h][i] += __atomic_load_n(&b->hist[h][i], __ATOMIC_RELAXED);
+    for (int i = 0; i < MRC_HIST_BUCKETS; i++)
+        for (int h = 0; h < MRC_HIST_LAST; h++)
+            out->hist[i][h] += __atomic_load_n(&b->hist[i][h], __ATOMIC_RELAXED);
 }
 
 void mrc_stats_sum(struct mrc_stats_block *out)
@@ -123,20 +125,26 @@ void mrc_stats_sum(struct mrc_stats_block *out)
         add_block(out, b);
     add_block(out, &shared_block);
     pthread_mutex_unlock(&blocks_lock);
-    /* Counted in ticks (util/clock.h): a registration pays two counter reads. */
-    out->v[MRC_STAT_REAL_REG_NS] = mrc_ticks_to_ns(out->v[MRC_STAT_REAL_REG_NS]);
+    /* The totals the histogram holds are not counted twice (see stats.h). */
+    uint64_t reg_ticks = 0;
+    for (int i = 0; i < MRC_HIST_BUCKETS; i++) {
+        out->v[MRC_STAT_REQUESTS] += out->hist[i][MRC_HIST_REQUESTS];
+        out->v[MRC_STAT_REAL_REGS] += out->hist[i][MRC_HIST_REGS];
+        reg_ticks += out->hist[i][MRC_HIST_REG_NS];
+        /* Counted in ticks (util/clock.h): a registration pays two counter reads. */
+        out->hist[i][MRC_HIST_REG_NS] = mrc_ticks_to_ns(out->hist[i][MRC_HIST_REG_NS]);
+    }
+    out->v[MRC_STAT_REAL_REG_NS] = mrc_ticks_to_ns(reg_ticks);
     out->v[MRC_STAT_REAL_DEREG_NS] = mrc_ticks_to_ns(out->v[MRC_STAT_REAL_DEREG_NS]);
-    for (int i = 0; i < MRC_HIST_BUCKETS; i++)
-        out->hist[MRC_HIST_REG_NS][i] = mrc_ticks_to_ns(out->hist[MRC_HIST_REG_NS][i]);
 }
 
 static void zero_block(struct mrc_stats_block *b)
 {
     for (int i = 0; i < MRC_STAT_LAST; i++)
         __atomic_store_n(&b->v[i], 0, __ATOMIC_RELAXED);
-    for (int h = 0; h < MRC_HIST_LAST; h++)
-        for (int i = 0; i < MRC_HIST_BUCKETS; i++)
-            __atomic_store_n(&b->hist[h][i], 0, __ATOMIC_RELAXED);
+    for (int i = 0; i < MRC_HIST_BUCKETS; i++)
+        for (int h = 0; h < MRC_HIST_LAST; h++)
+            __atomic_store_n(&b->hist[i][h], 0, __ATOMIC_RELAXED);
 }
 
 void mrc_stats_reset(void)

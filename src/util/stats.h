@@ -22,7 +22,7 @@ enum mrc_inval_cause {
 };
 
 enum mrc_stat {
-    MRC_STAT_REQUESTS,        /* registrations asked of the cache */
+    MRC_STAT_REQUESTS,        /* registrations asked of the cache (*) */
     MRC_STAT_HITS,            /* served by a cached registration */
     MRC_STAT_MISSES,          /* needed a new registration */
     MRC_STAT_UNCACHED,        /* passed through: uncacheable flags, policy, disabled */
@@ -31,11 +31,11 @@ enum mrc_stat {
     MRC_STAT_EVICTIONS,       /* idle entries deregistered to honour a limit */
     MRC_STAT_ENOMEM_RETRIES,  /* back-end ENOMEM/EAGAIN answered by evicting and retrying */
     MRC_STAT_REG_FAILURES,    /* registrations that failed even after retrying */
-    MRC_STAT_REAL_REGS,       /* calls to the back-end's registration */
+    MRC_STAT_REAL_REGS,       /* calls to the back-end's registration (*) */
     MRC_STAT_REAL_DEREGS,     /* calls to the back-end's deregistration */
     MRC_STAT_DEFERRED,        /* deregistrations deferred out of an unmap hook */
     MRC_STAT_RACED,           /* misses whose range was invalidated while registering */
-    MRC_STAT_REAL_REG_NS,     /* time spent in back-end registration */
+    MRC_STAT_REAL_REG_NS,     /* time spent in back-end registration (*) */
     MRC_STAT_REAL_DEREG_NS,   /* time spent in back-end deregistration */
     MRC_STAT_HANDLES_MADE,    /* MR handles handed out (the leak report's live count is */
     MRC_STAT_HANDLES_RELEASED, /* made minus released, summed over threads) */
@@ -51,6 +51,9 @@ enum mrc_stat {
     MRC_STAT_INVAL_BASE,
     MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_INVAL_LAST
 };
+/* (*) Never counted directly: mrc_stats_sum adds them up from the histogram, which
+ * counts the same events per size, so a registration writes one line of statistics
+ * for them instead of three. */
 
 /* Registration sizes in powers of two: bucket 0 is <= 4 KiB, the last is >= 2 GiB. */
 #define MRC_HIST_BUCKETS 20
@@ -58,7 +61,8 @@ enum mrc_hist { MRC_HIST_REQUESTS, MRC_HIST_HITS, MRC_HIST_REGS, MRC_HIST_REG_NS
 
 struct mrc_stats_block {
     uint64_t v[MRC_STAT_LAST];
-    uint64_t hist[MRC_HIST_LAST][MRC_HIST_BUCKETS];
+    /* By size, then kind: the counts one registration makes share a cache line. */
+    uint64_t hist[MRC_HIST_BUCKETS][MRC_HIST_LAST];
     struct mrc_stats_block *next;   /* all blocks ever made, for summing */
     int owned;                      /* a live thread counts into it */
 };
@@ -95,7 +99,7 @@ static inline unsigned mrc_hist_bucket(uint64_t len)
 static inline void mrc_hist_add(enum mrc_hist h, uint64_t len, uint64_t n)
 {
     struct mrc_stats_block *b = mrc_stats_block();
-    uint64_t *p = &b->hist[h][mrc_hist_bucket(len)];
+    uint64_t *p = &b->hist[mrc_hist_bucket(len)][h];
     __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 

@@ -506,7 +506,7 @@ static void test_reg_time_counted_in_ns(void)
     CHECK(s2.v[MRC_STAT_REAL_REG_NS] == ns);
     uint64_t hist = 0;
     for (int i = 0; i < MRC_HIST_BUCKETS; i++)
-        hist += s1.hist[MRC_HIST_REG_NS][i];
+        hist += s1.hist[i][MRC_HIST_REG_NS];
     CHECKF(hist >= ns - ns / 1000 && hist <= ns + ns / 1000, "histogram %llu ns, total %llu ns",
            (unsigned long long)hist, (unsigned long long)ns);
 }
@@ -528,6 +528,40 @@ static void test_thread_spares_return_at_exit(void)
     pthread_join(t, NULL);
     CHECKF(cache.entries.live == 1, "%zu entries out of the pool", cache.entries.live);
     CHECK(cache.tree_count == 1);
+}
+
+/* A miss made at thread exit by another library's key destructor, after the spares went
+ * back: the spares it takes go back too (glibc runs destructors again for keys set
+ * during a round). */
+static pthread_key_t late_key;
+
+static void late_miss(void *arg)
+{
+    (void)arg;
+    mrc_cache_put(&cache, get(&dom_a, 0xe100000, PG, LW));
+}
+
+static void *miss_then_late_miss(void *arg)
+{
+    (void)arg;
+    mrc_cache_put(&cache, get(&dom_a, 0xe000000, PG, LW));
+    pthread_setspecific(late_key, &late_key);
+    return NULL;
+}
+
+static void test_thread_spares_return_after_late_miss(void)
+{
+    setup();
+    mrc_cache_put(&cache, get(&dom_a, 0xdf00000, PG, LW));   /* our key first: runs first */
+    size_t mine = cache.entries.live;                        /* this thread's entry and spares */
+    CHECK(pthread_key_create(&late_key, late_miss) == 0);
+    pthread_t t;
+    pthread_create(&t, NULL, miss_then_late_miss, NULL);
+    pthread_join(t, NULL);
+    pthread_key_delete(late_key);
+    CHECK(cache.tree_count == 3);
+    CHECKF(cache.entries.live == mine + 2, "%zu entries out of the pool, %zu expected", cache.entries.live,
+           mine + 2);
 }
 
 static void test_invalidate_bulk_in_use_and_idle(void)
@@ -945,6 +979,7 @@ int main(void)
     RUN(test_gauges_peak_after_deregistrations);
     RUN(test_reg_time_counted_in_ns);
     RUN(test_thread_spares_return_at_exit);
+    RUN(test_thread_spares_return_after_late_miss);
     RUN(test_pool_get_many);
     RUN(test_pool_reserve_wakes_at_half);
     RUN(test_invalidate_bulk_in_use_and_idle);
