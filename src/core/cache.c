@@ -577,6 +577,15 @@ static struct mrc_entry *entry_alloc(struct mrc_cache *c, struct mrc_thread_stat
         t->nspare = (unsigned)mrc_pool_get_many(&c->entries, (void **)t->spare, SPARES);
         if (!t->nspare)
             return NULL;
+        /* Popped from the end: reversed, they go out in the pool's (ascending) order, so
+         * buffers registered in address order get entries in address order, and a walk
+         * over the tree (an unmap's cut) reads memory forwards, as the hardware
+         * prefetcher follows (measured: 16k-entry unmap 35-65 -> 20-33 ns per entry). */
+        for (unsigned i = 0, j = t->nspare - 1; i < j; i++, j--) {
+            struct mrc_entry *tmp = t->spare[i];
+            t->spare[i] = t->spare[j];
+            t->spare[j] = tmp;
+        }
         if (!t->spares_keyed) {
             pthread_once(&spare_once, spare_key_create);
             t->spares_keyed = spare_key_ok && pthread_setspecific(spare_key, c) == 0;

@@ -530,6 +530,21 @@ static void test_thread_spares_return_at_exit(void)
     CHECK(cache.tree_count == 1);
 }
 
+/* Consecutive misses of one thread get entries at ascending addresses (the pool's
+ * order), so a walk of the tree in address order reads memory forwards. */
+static void test_spares_in_pool_order(void)
+{
+    setup();
+    struct mrc_entry *e[5];
+    for (int i = 0; i < 5; i++) {
+        e[i] = get(&dom_a, 0xe200000 + (uint64_t)i * 2 * PG, PG, LW);
+        mrc_cache_put(&cache, e[i]);
+    }
+    for (int i = 1; i < 5; i++)
+        CHECKF((char *)e[i] > (char *)e[i - 1], "entry %d at %p, entry %d at %p", i, (void *)e[i], i - 1,
+               (void *)e[i - 1]);
+}
+
 /* A miss made at thread exit by another library's key destructor, after the spares went
  * back: the spares it takes go back too (glibc runs destructors again for keys set
  * during a round). */
@@ -979,6 +994,7 @@ int main(void)
     RUN(test_gauges_peak_after_deregistrations);
     RUN(test_reg_time_counted_in_ns);
     RUN(test_thread_spares_return_at_exit);
+    RUN(test_spares_in_pool_order);
     RUN(test_thread_spares_return_after_late_miss);
     RUN(test_pool_get_many);
     RUN(test_pool_reserve_wakes_at_half);
