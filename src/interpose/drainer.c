@@ -6,13 +6,17 @@
  * VMs): that work moves here, off the registering thread, it does not go away.
  * Invariants: started outside any hook (at the first registration), and the reserves
  * exist only while it runs; woken with one futex syscall (no allocation, no lock, errno
- * kept); blocks every signal, so the program's handlers never run on it; absent in a
- * forked child until its first registration. */
+ * kept), or with none while it polls: after a refill it looks again every POLL_NS for a
+ * while (POLLS times without work), since a futex wake costs the waker ~30 us here and
+ * a stream of misses asks for a refill every 1024 misses; blocks every signal, so the
+ * program's handlers never run on it; absent in a forked child until its first
+ * registration. */
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "interpose/drainer.h"
@@ -29,17 +33,37 @@
 #define WAKE_DRAIN 1u
 #define WAKE_REFILL 2u
 
+#define POLL_NS 2000000      /* a chunk (512 entries) lasts at least 2 ms of misses */
+#define POLLS 50             /* then, 100 ms without work, back to sleeping until woken */
+
 static uint32_t wake_word;
+static int polling;          /* the thread looks at wake_word by itself: no wake needed */
 static int started;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void *drainer_main(void *arg)
 {
     (void)arg;
+    unsigned idle = POLLS;
     for (;;) {
         uint32_t w;
-        while (!(w = __atomic_exchange_n(&wake_word, 0, __ATOMIC_ACQ_REL)))
+        while (!(w = __atomic_exchange_n(&wake_word, 0, __ATOMIC_SEQ_CST))) {
+            if (idle < POLLS) {
+                struct timespec poll = { 0, POLL_NS };
+                idle++;
+                syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, &poll, NULL, 0);
+                continue;
+            }
+            /* Stop polling before the last look (the futex's own test of the word): a
+             * waker that saw 'polling' set had already set its bit, which that test
+             * sees; one that comes later sees 'polling' clear and wakes us. */
+            __atomic_store_n(&polling, 0, __ATOMIC_SEQ_CST);
             syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+        }
+        if (w & WAKE_REFILL) {
+            __atomic_store_n(&polling, 1, __ATOMIC_SEQ_CST);
+            idle = 0;
+        }
         if (w & WAKE_DRAIN)
             mrc_cache_drain(&mrc_g.cache);
         if (w & WAKE_REFILL) {
@@ -69,10 +93,12 @@ void mrc_drainer_start(void)
     pthread_mutex_unlock(&start_lock);
 }
 
-/* A futex wake only when no request was pending: a pending one is seen with ours. */
+/* A futex wake only when no request was pending (a pending one is seen with ours) and
+ * the thread is not polling (it will see ours by itself). */
 static void wake(uint32_t what)
 {
-    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || __atomic_fetch_or(&wake_word, what, __ATOMIC_ACQ_REL))
+    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || __atomic_fetch_or(&wake_word, what, __ATOMIC_SEQ_CST) ||
+        __atomic_load_n(&polling, __ATOMIC_SEQ_CST))
         return;
     int saved = errno;
     syscall(SYS_futex, &wake_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
@@ -95,5 +121,6 @@ void mrc_drainer_forget(void)
 {
     started = 0;
     wake_word = 0;
+    polling = 0;
     pthread_mutex_init(&start_lock, NULL);
 }

@@ -213,10 +213,12 @@ static void test_fork_safe_child_sees_released_memory(void)
     munmap(p, 1 << 16);
 }
 
-static void test_deferred_drained_without_further_calls(void)
+/* Unmapping registered memory defers the deregistrations (hooks may not make them);
+ * past MRCACHE_MAX_DEFERRED (1M in this run) they happen without another verbs call.
+ * idle_ms: a pause before the unmaps, long enough for the helper thread to stop
+ * polling, so that it must be woken (a lost wake-up would leave the MRs pinned). */
+static void deferred_drain_case(unsigned idle_ms)
 {
-    /* Unmapping registered memory defers the deregistrations (hooks may not make them);
-     * past MRCACHE_MAX_DEFERRED (1M in this run) they happen without another verbs call. */
     struct ibv_pd *own = ibv_alloc_pd(ctx);
     uint64_t live0 = nic_live();
     char *p[8];
@@ -226,6 +228,7 @@ static void test_deferred_drained_without_further_calls(void)
         CHECK(m && ibv_dereg_mr(m) == 0);
     }
     CHECK(nic_live() >= live0 + 1);   /* adjacent buffers may have merged */
+    usleep(idle_ms * 1000u);
     for (int i = 0; i < 8; i++)
         munmap(p[i], 1 << 20);
     /* Eventually, not within a time bound: wait up to 10 s for the helper thread. */
@@ -233,6 +236,16 @@ static void test_deferred_drained_without_further_calls(void)
         usleep(10000);
     CHECKF(nic_live() <= live0 + 1, "%llu MRs still pinned", (unsigned long long)(nic_live() - live0));
     ibv_dealloc_pd(own);
+}
+
+static void test_deferred_drained_without_further_calls(void)
+{
+    deferred_drain_case(0);
+}
+
+static void test_deferred_drained_after_helper_idle(void)
+{
+    deferred_drain_case(300);
 }
 
 #define THREADS 2
@@ -278,6 +291,7 @@ int main(void)
     open_nic();
     if (getenv("DEFERRED_ONLY")) {
         RUN(test_deferred_drained_without_further_calls);
+        RUN(test_deferred_drained_after_helper_idle);
         CHECK_EXIT();
     }
     if (getenv("FORK_SAFE_ONLY")) {
