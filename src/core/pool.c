@@ -142,7 +142,7 @@ size_t mrc_pool_get_many(struct mrc_pool *p, void **objs, size_t n)
         p->free_list = next = *(void **)objs[got++];
     }
     reused = got;
-    if (got < n && !p->free_list) {
+    if (got < n) {   /* the free list is empty */
         /* At most one new chunk per call: one populate, one wake-up of the refiller. */
         if (p->cur.start == p->cur.end) {
             if (p->nready)
