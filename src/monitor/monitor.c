@@ -18,7 +18,6 @@
 #include "interpose/real.h"
 #include "interpose/state.h"
 #include "monitor/monitor.h"
-#include "monitor/uffd.h"
 
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
@@ -97,10 +96,6 @@ int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len)
 
 void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-    /* A thread whose raw munmap of a watched range has returned may be mapping the same
-     * address again to register it: the handler's invalidation of the old entry must be
-     * done first. One load while the handler is idle or the source off. */
-    mrc_uffd_quiesce();
     /* MAP_FIXED replaces whatever was mapped there; MAP_FIXED_NOREPLACE fails instead. */
     if (!(flags & MAP_FIXED) || !watching(MRC_FN_MMAP))
         return mrc_real.mmap(addr, len, prot, flags, fd, off);
