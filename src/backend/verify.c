@@ -385,11 +385,6 @@ void mrc_verify_init(uint64_t period, uint64_t max_entries)
     __atomic_store_n(&mrc_verify_period, period, __ATOMIC_RELAXED);
 }
 
-static uint64_t thread_hits(void)
-{
-    return __atomic_load_n(&mrc_stats_block()->v[MRC_STAT_HITS], __ATOMIC_RELAXED);
-}
-
 /* Whether this hit is the thread's one in period (the first hit is). */
 static int sampled(uint64_t period)
 {
@@ -406,14 +401,14 @@ int mrc_verify_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t le
 {
     int saved = errno;
     /* The cache counts hits per thread: a change across the get says it was one. */
-    uint64_t mark = thread_hits();
+    uint64_t mark = mrc_stats_thread_hits();
     int rc = mrc_cache_get(c, domain, addr, len, iova, access, out);
     if (rc)
         return rc;
     uint64_t period = __atomic_load_n(&mrc_verify_period, __ATOMIC_RELAXED);
     if (!period)
         goto done;               /* turned off since the caller looked */
-    if (thread_hits() == mark) {
+    if (mrc_stats_thread_hits() == mark) {
         record(*out);
         goto done;
     }

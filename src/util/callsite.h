@@ -37,7 +37,7 @@ static inline uint64_t mrc_callsite_mark(void)
 {
     if (__builtin_expect(!__atomic_load_n(&mrc_callsite_top, __ATOMIC_RELAXED), 1))
         return 0;
-    return __atomic_load_n(&mrc_stats_block()->v[MRC_STAT_HITS], __ATOMIC_RELAXED);
+    return mrc_stats_thread_hits();
 }
 
 /* Counts one request of len bytes that was a hit (per the mark) or not, capturing the
@@ -51,7 +51,7 @@ static inline struct mrc_callsite *mrc_callsite_count(uint64_t len, uint64_t mar
     *hit = 0;
     if (__builtin_expect(!__atomic_load_n(&mrc_callsite_top, __ATOMIC_RELAXED), 1))
         return NULL;
-    *hit = __atomic_load_n(&mrc_stats_block()->v[MRC_STAT_HITS], __ATOMIC_RELAXED) != mark;
+    *hit = mrc_stats_thread_hits() != mark;
     return mrc_callsite_sample(len, *hit);
 }
 

@@ -81,6 +81,13 @@ static inline struct mrc_stats_block *mrc_stats_block(void)
     return __builtin_expect(b != NULL, 1) ? b : mrc_stats_thread_block();
 }
 
+/* The calling thread's hits so far: taken before and after a cache lookup, a difference
+ * says the lookup was a hit (no other thread's hit can show). */
+static inline uint64_t mrc_stats_thread_hits(void)
+{
+    return __atomic_load_n(&mrc_stats_block()->v[MRC_STAT_HITS], __ATOMIC_RELAXED);
+}
+
 /* Adds n to counter s of the calling thread. Thread-private line: no atomic RMW. */
 static inline void mrc_stat_add(enum mrc_stat s, uint64_t n)
 {
