@@ -302,6 +302,14 @@ static void sync_cores(void)
 }
 
 /* Writes the jump at entry. Returns 0 or -errno (the page could not be made writable). */
+/* The pages holding the code bytes [p, p + n): their start and length, for mprotect. */
+static void code_pages(const uint8_t *p, size_t n, uintptr_t *lo, size_t *len)
+{
+    uintptr_t psz = (uintptr_t)sysconf(_SC_PAGESIZE);
+    *lo = (uintptr_t)p & ~(psz - 1);
+    *len = (((uintptr_t)p + n + psz - 1) & ~(psz - 1)) - *lo;
+}
+
 static int write_jump(uint8_t *entry, void *hook)
 {
     uint8_t code[PATCH_LEN] = { 0x49, 0xbb };           /* movabs $hook, %r11 */
@@ -309,9 +317,9 @@ static int write_jump(uint8_t *entry, void *hook)
     memcpy(code + 2, &h, 8);
     code[10] = 0x41, code[11] = 0xff, code[12] = 0xe3;  /* jmp *%r11 */
 
-    long psz = sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)entry & ~(uintptr_t)(psz - 1);
-    size_t len = (((uintptr_t)entry + PATCH_LEN + (uintptr_t)psz - 1) & ~(uintptr_t)(psz - 1)) - lo;
+    uintptr_t lo;
+    size_t len;
+    code_pages(entry, PATCH_LEN, &lo, &len);
     /* RWX, never RW: other threads may be executing elsewhere on these pages. */
     int rc = sys_mprotect((void *)lo, len, PROT_READ | PROT_WRITE | PROT_EXEC);
     if (rc)
@@ -683,13 +691,14 @@ static uint64_t swap_head(uint8_t *entry, uint64_t old, const uint8_t *stub)
     memcpy(b + 1, &rel, 4);
     uint64_t head;
     memcpy(&head, b, 8);
-    long psz = sysconf(_SC_PAGESIZE);
-    void *page = (void *)((uintptr_t)entry & ~(uintptr_t)(psz - 1));
-    if (sys_mprotect(page, (size_t)psz, PROT_READ | PROT_WRITE | PROT_EXEC))
+    uintptr_t lo;
+    size_t len;
+    code_pages(entry, 8, &lo, &len);
+    if (sys_mprotect((void *)lo, len, PROT_READ | PROT_WRITE | PROT_EXEC))
         return 0;
     int ok = __atomic_compare_exchange_n((uint64_t *)entry, &old, head, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     sync_cores();
-    sys_mprotect(page, (size_t)psz, PROT_READ | PROT_EXEC);
+    sys_mprotect((void *)lo, len, PROT_READ | PROT_EXEC);
     return ok ? head : 0;
 }
 
