@@ -13,9 +13,9 @@ BENCH_UCX_LIBS   = $(shell pkg-config --libs ucx-ucs 2>/dev/null || echo -lucs -
 bench-deps:
 	@scripts/install-deps.sh --bench
 
-$(BENCH_DIR)/bench_verbs: test/bench/bench.c test/bench/sys_verbs.h test/snic/snic.h $(SNIC_DEPS) | bench-deps
+$(BENCH_DIR)/bench_verbs: test/bench/bench.c test/bench/sys_verbs.h include/mrcache.h test/snic/snic.h $(SNIC_DEPS) | bench-deps
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -DBENCH_UCX=0 $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Iinclude -DBENCH_UCX=0 $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 $(BENCH_DIR)/bench_ucx: test/bench/bench.c test/bench/sys_ucx.h test/snic/snic.h $(SNIC_DEPS) | bench-deps
 	@mkdir -p $(@D)

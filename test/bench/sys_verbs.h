@@ -8,6 +8,8 @@
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
 
+#include "mrcache.h"
+
 #define SYS_BINARY "verbs"
 
 static struct ibv_context *sys_ctx;
@@ -74,8 +76,11 @@ static inline void sys_unmap(void *addr, size_t len)
         die("munmap failed");
 }
 
-/* Nothing else to clean up: a later munmap of the same range reaches the hook again. */
+/* Tells the cache of a range already unmapped behind its back, without unmapping it
+ * again: by now the range may hold another mapping (the helper thread's first malloc
+ * arena was seen landing there, and a second munmap then took it away under glibc).
+ * Without libmrcache this is -ENOSYS, and there is nothing to forget. */
 static inline void sys_forget(void *addr, size_t len)
 {
-    sys_unmap(addr, len);
+    mrcache_invalidate(addr, len, MRCACHE_INVALIDATE_DEFER);
 }
