@@ -6,7 +6,10 @@
  * type-stable pool, so a stale hint is safe to read). Releases only decrement; the LRU
  * position is updated in per-thread batches. An entry's key fields never change while
  * its count is non-zero. Ref protocol: the tree holds 1; whoever drops the count to 0
- * owns the dead entry (deregisters it, or defers that when inside a hook). */
+ * owns the dead entry (deregisters it, or defers that when inside a hook). An unmap of
+ * a long run of entries parks it (cut out of the tree whole, its entries still flagged
+ * IN_TREE and holding the tree's reference) for drain, which any later call or the
+ * helper runs; hint readers reject entries overlapping a parked range. */
 #include <errno.h>
 #include <string.h>
 
@@ -202,6 +205,22 @@ static void hint_add(struct mrc_thread_state *t, struct mrc_entry *e, const void
     t->hint[s] = (struct mrc_hint){ page, e };
 }
 
+/* Whether e, held, may be in a run an unmap parked: it overlaps a parked range. Acquire
+ * loads, read before the caller's test of IN_TREE: seeing nparked (or a slot) as written
+ * by a later lock holder means seeing the flags that drain cleared before it. */
+static int in_parked_run(const struct mrc_cache *c, const struct mrc_entry *e)
+{
+    unsigned n = __atomic_load_n(&c->nparked, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(n == 0, 1))
+        return 0;
+    uint64_t es = LD(&e->node.start), el = LD(&e->node.last);
+    for (unsigned i = 0; i < n; i++)
+        if (__atomic_load_n(&c->parked[i].first, __ATOMIC_ACQUIRE) <= el &&
+            es <= __atomic_load_n(&c->parked[i].last, __ATOMIC_ACQUIRE))
+            return 1;
+    return 0;
+}
+
 static struct mrc_entry *hint_try(struct mrc_cache *c, const struct mrc_hint *h, void *domain, uint64_t first,
                                   uint64_t last, int64_t iova_off, uint32_t access)
 {
@@ -211,8 +230,9 @@ static struct mrc_entry *hint_try(struct mrc_cache *c, const struct mrc_hint *h,
     if (!ref_get_unless_zero(&e->ref))
         return NULL;
     /* Holding a reference freezes the key: test again, and that it is still findable
-     * (an invalidation clears IN_TREE before it drops the tree's reference). */
-    if ((__atomic_load_n(&e->flags, __ATOMIC_SEQ_CST) & MRC_E_IN_TREE) &&
+     * (an invalidation clears IN_TREE before it drops the tree's reference; a parked
+     * one, before it publishes nparked without the run). */
+    if (!in_parked_run(c, e) && (__atomic_load_n(&e->flags, __ATOMIC_SEQ_CST) & MRC_E_IN_TREE) &&
         entry_serves(c, e, domain, first, last, iova_off, access))
         return e;
     mrc_cache_put(c, e);
@@ -318,43 +338,6 @@ void mrc_cache_refill(struct mrc_cache *c)
     mrc_pool_refill(&c->entries);
 }
 
-void mrc_cache_drain(struct mrc_cache *c)
-{
-    if (!LD(&c->ndeferred))
-        return;
-    pthread_mutex_lock(&c->lock);
-    struct mrc_entry *list = take_deferred_locked(c);
-    pthread_mutex_unlock(&c->lock);
-    dereg_list(c, list);
-}
-
-/* Evicts idle entries, least recently used first, until the tree is within its limits
- * (or everything idle when all is set). Returns the victims, linked through lru_next. */
-static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_entry *victims)
-{
-    batch_flush_locked(c, thread_state(c));
-    uint64_t budget = c->tree_count;
-    struct mrc_entry *e = c->lru.lru_next;
-    while (budget-- > 0 && e != &c->lru) {
-        if (!all && c->tree_count <= c->p.max_entries && c->tree_bytes <= c->p.max_bytes)
-            break;
-        struct mrc_entry *next = e->lru_next;
-        uint32_t idle = 1;
-        if (__atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-            tree_remove_locked(c, e);
-            e->lru_next = victims;
-            victims = e;
-            mrc_stat_add(MRC_STAT_EVICTIONS, 1);
-        } else {
-            /* In use now, so recently used when released. */
-            lru_unlink(e);
-            lru_add_tail(c, e);
-        }
-        e = next;
-    }
-    return victims;
-}
-
 /* ---- invalidation ---- */
 
 /* Counters of one invalidation, applied once at its end (under the lock throughout). */
@@ -383,6 +366,36 @@ static void inval_one_locked(struct mrc_itree_node *node, void *arg)
     }
 }
 
+/* Applies n invalidated entries' counters (under the lock). */
+static void inval_count_locked(struct mrc_cache *c, const struct inval_batch *b, uint64_t n,
+                               enum mrc_inval_cause cause)
+{
+    if (!n)
+        return;
+    __atomic_store_n(&c->tree_count, c->tree_count - n, __ATOMIC_RELEASE);   /* see tree_remove_locked */
+    c->tree_bytes -= b->bytes;
+    ST(&c->ndeferred, c->ndeferred + b->ndeferred);
+    ST(&c->deferred_bytes, c->deferred_bytes + b->deferred_bytes);
+    mrc_stat_add(MRC_STAT_INVALIDATED, n);
+    mrc_stat_add((enum mrc_stat)(MRC_STAT_INVAL_BASE + cause), n);
+}
+
+/* Finishes the runs unmaps parked (under the lock): each entry as inval_one_locked
+ * does, then nparked back to 0 with a release store, after every flag it cleared. */
+static void settle_locked(struct mrc_cache *c)
+{
+    unsigned n = c->nparked;
+    if (!n)
+        return;
+    for (unsigned i = 0; i < n; i++) {
+        struct inval_batch b = { c, 0, 0, 0 };
+        uint64_t k = mrc_itree_walk_parked(&c->tree, c->parked[i].run, inval_one_locked, &b);
+        inval_count_locked(c, &b, k, c->parked[i].cause);
+    }
+    c->parked_bytes = 0;
+    __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);
+}
+
 uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
                                enum mrc_inval_cause cause)
 {
@@ -405,21 +418,30 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
         return ticket;
 
     struct inval_batch b = { c, 0, 0, 0 };
+    struct mrc_itree_node *run = NULL;
     pthread_mutex_lock(&c->lock);
-    uint64_t n = mrc_itree_remove_range(&c->tree, first, last, inval_one_locked, &b);
-    if (n) {
-        __atomic_store_n(&c->tree_count, c->tree_count - n, __ATOMIC_RELEASE);   /* see tree_remove_locked */
-        c->tree_bytes -= b.bytes;
-        ST(&c->ndeferred, c->ndeferred + b.ndeferred);
-        ST(&c->deferred_bytes, c->deferred_bytes + b.deferred_bytes);
+    unsigned np = c->nparked;
+    /* A long run is parked while a slot is free (the usual case: the next call settles
+     * them): then this hook pays O(log n) for it, not O(run). */
+    uint64_t n = mrc_itree_remove_range_park(&c->tree, first, last, inval_one_locked, &b,
+                                             np < MRC_PARKED ? &run : NULL);
+    inval_count_locked(c, &b, n, cause);
+    if (run) {
+        c->parked[np].run = run;
+        c->parked[np].cause = cause;
+        __atomic_store_n(&c->parked[np].first, first, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->parked[np].last, last, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->nparked, np + 1, __ATOMIC_SEQ_CST);
+        /* What the run pins is not known until it is walked: its range bounds it. */
+        c->parked_bytes += last - first < UINT64_MAX / 2 ? last - first + 1 : UINT64_MAX / 2;
     }
+    /* The helper is woken only past the bound, like deferred deregistrations: running
+     * beside the program's munmap it would make the kernel's TLB flushes reach its CPU
+     * too (measured here: the 16k-entry munmap then cost 2-4x as much). */
+    int full = (n || run) && c->deferred_bytes + c->parked_bytes > c->p.max_deferred_bytes;
     pthread_mutex_unlock(&c->lock);
-    if (n) {
-        mrc_stat_add(MRC_STAT_INVALIDATED, n);
-        mrc_stat_add((enum mrc_stat)(MRC_STAT_INVAL_BASE + cause), n);
-        if (c->p.deferred_full && LD(&c->deferred_bytes) > c->p.max_deferred_bytes)
-            c->p.deferred_full(c->p.deferred_full_arg);
-    }
+    if (full && c->p.deferred_full)
+        c->p.deferred_full(c->p.deferred_full_arg);
     return ticket;
 }
 
@@ -436,6 +458,56 @@ void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, u
 void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len, enum mrc_inval_cause cause)
 {
     mrc_cache_unmap_begin(c, addr, len, cause);
+}
+
+/* Settles parked runs and deregisters deferred entries. Unless wait is set, parked runs
+ * alone are left when the lock is busy: its holder (a miss, or the helper settling
+ * them) may take a while, a hit needs no lock, and hints skip parked entries. */
+static void drain(struct mrc_cache *c, int wait)
+{
+    if (!LD(&c->ndeferred) && !LD(&c->nparked))
+        return;
+    if (wait || LD(&c->ndeferred))
+        pthread_mutex_lock(&c->lock);
+    else if (pthread_mutex_trylock(&c->lock))
+        return;
+    settle_locked(c);
+    struct mrc_entry *list = take_deferred_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    dereg_list(c, list);
+}
+
+void mrc_cache_drain(struct mrc_cache *c)
+{
+    drain(c, 1);
+}
+
+/* Evicts idle entries, least recently used first, until the tree is within its limits
+ * (or everything idle when all is set). Returns the victims, linked through lru_next. */
+static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_entry *victims)
+{
+    settle_locked(c);   /* parked entries are still on the LRU, but out of the tree */
+    batch_flush_locked(c, thread_state(c));
+    uint64_t budget = c->tree_count;
+    struct mrc_entry *e = c->lru.lru_next;
+    while (budget-- > 0 && e != &c->lru) {
+        if (!all && c->tree_count <= c->p.max_entries && c->tree_bytes <= c->p.max_bytes)
+            break;
+        struct mrc_entry *next = e->lru_next;
+        uint32_t idle = 1;
+        if (__atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+            tree_remove_locked(c, e);
+            e->lru_next = victims;
+            victims = e;
+            mrc_stat_add(MRC_STAT_EVICTIONS, 1);
+        } else {
+            /* In use now, so recently used when released. */
+            lru_unlink(e);
+            lru_add_tail(c, e);
+        }
+        e = next;
+    }
+    return victims;
 }
 
 /* Whether an invalidation begun at or after seq0 overlaps [first, last]. Unknown (a
@@ -615,7 +687,7 @@ int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len
         return -EINVAL;
     if (!__atomic_load_n(&c->active, __ATOMIC_RELAXED))
         __atomic_store_n(&c->active, 1u, __ATOMIC_SEQ_CST);
-    mrc_cache_drain(c);
+    drain(c, 0);
     mrc_hist_add(MRC_HIST_REQUESTS, len, 1);
     uint64_t first = addr, last = addr + len - 1;
     int64_t iova_off = (int64_t)(iova - addr);
@@ -770,6 +842,7 @@ uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entr
 {
     uint64_t busy = 0;
     pthread_mutex_lock(&c->lock);
+    settle_locked(c);
     struct mrc_entry *victims = take_deferred_locked(c);
     struct mrc_entry *e = c->lru.lru_next;
     while (e != &c->lru) {
@@ -802,6 +875,7 @@ void mrc_cache_forget(struct mrc_cache *c)
 void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_cache_gauges *g)
 {
     pthread_mutex_lock(&c->lock);
+    settle_locked(c);
     g->tree_entries = c->tree_count;
     g->tree_bytes = c->tree_bytes;
     g->deferred = c->ndeferred;

@@ -39,9 +39,10 @@ struct mrc_cache_params {
     uint32_t local_super_mask;   /* bits a local-only request may be given more of */
     enum mrc_remote_policy remote_policy;
     /* Optional: called (from any context, hooks included, without the cache lock) when
-     * deferred deregistrations exceed max_deferred_bytes, so that someone outside the
-     * hook drains them even if the program makes no further cache call. Must not
-     * allocate, block or call back into the cache. */
+     * deferred deregistrations, with the ranges of parked runs (see
+     * mrc_cache_unmap_begin), exceed max_deferred_bytes, so that someone outside the hook
+     * drains them even if the program makes no further cache call. Must not allocate,
+     * block or call back into the cache. */
     void (*deferred_full)(void *arg);
     void *deferred_full_arg;
 };
@@ -64,6 +65,7 @@ struct mrc_entry {
 };
 
 #define MRC_INVAL_RING 64
+#define MRC_PARKED 4   /* long runs an unmap may leave for mrc_cache_drain at once */
 
 /* mrc_cache.misses: the low bits count misses registering right now, the high bits the
  * misses that have read inval_seq. One word, so a miss announces itself with one atomic
@@ -86,13 +88,23 @@ struct mrc_cache {
     uint64_t ndeferred MRC_LINE;
     uint64_t deferred_bytes;
     uint64_t lru_clock;           /* LRU moves so far: tells a put whether a move is due */
-    uint64_t tree_count;          /* entries in the tree (written under the lock) */
+    uint64_t tree_count;          /* entries in the tree or parked (written under the lock) */
+    uint32_t nparked;             /* runs in parked[] (written under the lock) */
+    /* Long runs an unmap took out of the tree and left for mrc_cache_drain: their entries
+     * still look IN_TREE, so a hint reader also rejects an entry overlapping one of these
+     * ranges. Written under the lock; range read without it. */
+    struct {
+        uint64_t first, last;
+        struct mrc_itree_node *run;
+        enum mrc_inval_cause cause;
+    } parked[MRC_PARKED] MRC_LINE;
     /* Under the lock. */
     pthread_mutex_t lock MRC_LINE;   /* tree, LRU, deferred list, tree counters */
     struct mrc_itree tree;
     struct mrc_entry lru;         /* sentinel: lru.lru_next is least recently used */
     struct mrc_entry *deferred;   /* dead entries waiting for deregistration */
     uint64_t tree_bytes;
+    uint64_t parked_bytes;        /* the parked runs' ranges, which bound what they pin */
     /* Written without the lock by misses and invalidations. */
     uint64_t misses MRC_LINE;     /* MRC_MISSES_*: misses begun and in flight, in one word */
     uint64_t inval_seq;           /* invalidations begun; their ranges in ring[] */
@@ -130,13 +142,17 @@ void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len,
 /* The same, for a hook about to unmap the range: returns a ticket to pass, once the
  * memory is gone, to mrc_cache_unmap_done, which invalidates again if a miss may have
  * pinned the old pages in between (a registration racing with the unmap must never
- * stay cached). Both are safe in any hook. */
+ * stay cached). Both are safe in any hook. A long run of entries (more than 32 starting
+ * in the range) is cut out of the tree whole and parked: the per-entry work (LRU, the
+ * tree's reference, deferral) is left to mrc_cache_drain, which the next get runs (as
+ * it deregisters deferred entries), or the helper past max_deferred_bytes. Until then
+ * no lookup returns a parked entry, and tree_count and the statistics count it. */
 uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
                                enum mrc_inval_cause cause);
 void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, uint64_t len,
                           enum mrc_inval_cause cause);
 
-/* Deregisters the deferred entries now. Not from a hook. */
+/* Finishes parked runs and deregisters the deferred entries now. Not from a hook. */
 void mrc_cache_drain(struct mrc_cache *c);
 
 /* Has the entry pool keep a reserve of memory touched in advance by mrc_cache_refill,

@@ -122,6 +122,7 @@ void mrc_itree_init(struct mrc_itree *t)
 {
     t->root = NULL;
     t->count = 0;
+    t->parked = 0;
     t->npath = 0;
 }
 
@@ -521,26 +522,33 @@ static void split(node_t *root, uint64_t bound, struct piece *lo, struct piece *
  * a 64-bit address space) has paths of at most 2 * 59 nodes. */
 #define MAX_DEPTH 118
 
-/* Removes every node whose start lies in [start, last], a run of more than SHORT_RUN
- * nodes: splits it out (start - 1 and last are the bounds, so neither end overflows),
- * joins the outer parts around the first node above the run, then walks the run in
- * order with a stack of the ancestors still to visit, so that no node is read once fn
- * has had it. O(log n + run): no rebalancing per node, and of the nodes that stay only
- * those on the two split paths and the join's spine are touched (a walk over them all
- * would miss the caches and the TLB). Returns the run's length. */
-static size_t cut_run(struct mrc_itree *t, uint64_t start, uint64_t last,
-                      void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
+/* Takes every node whose start lies in [start, last], a run of more than SHORT_RUN
+ * nodes, out of t: splits it out (start - 1 and last are the bounds, so neither end
+ * overflows) and joins the outer parts around the first node above the run. Of the
+ * nodes that stay, only those on the two split paths and the join's spine are touched
+ * (a walk over them all would miss the caches and the TLB). O(log n). Returns the run,
+ * a red-black tree of its own; count still includes it. */
+static node_t *cut_run(struct mrc_itree *t, uint64_t start, uint64_t last)
 {
     struct piece below = { NULL, 0 }, rest = { t->root, 0 }, run, above;
-    node_t *key, *x, *stack[MAX_DEPTH];
-    unsigned depth = 0;
-    size_t removed = 0;
+    node_t *key;
 
     if (start > 0)
         split(t->root, start - 1, &below, &rest, NULL);
     split(rest.root, last, &run, &above, &key);
     t->root = key ? join(below, key, above).root : below.root;
-    for (x = run.root; x; x = x->left)
+    return run.root;
+}
+
+/* Calls fn on every node of a cut run, in order, with a stack of the ancestors still to
+ * visit, so that no node is read once fn has had it; O(run), no rebalancing per node. */
+static size_t walk_run(node_t *run, void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
+{
+    node_t *x, *stack[MAX_DEPTH];
+    unsigned depth = 0;
+    size_t walked = 0;
+
+    for (x = run; x; x = x->left)
         stack[depth++] = x;
     while (depth) {
         /* The next node is found before fn runs, so that its loads overlap fn's. */
@@ -548,20 +556,31 @@ static size_t cut_run(struct mrc_itree *t, uint64_t start, uint64_t last,
         for (node_t *y = x->right; y; y = y->left)
             stack[depth++] = y;
         fn(x, arg);
-        removed++;
+        walked++;
     }
-    t->count -= removed;
-    return removed;
+    return walked;
 }
 
-size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
-                              void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
+size_t mrc_itree_walk_parked(struct mrc_itree *t, struct mrc_itree_node *run,
+                             void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
+{
+    size_t walked = walk_run(run, fn, arg);
+    t->count -= walked;
+    t->parked--;
+    return walked;
+}
+
+size_t mrc_itree_remove_range_park(struct mrc_itree *t, uint64_t start, uint64_t last,
+                                   void (*fn)(struct mrc_itree_node *n, void *arg), void *arg,
+                                   struct mrc_itree_node **parked)
 {
     node_t *n = mrc_itree_iter_first(t, start, last), *next;
     node_t *run[SHORT_RUN];
     size_t removed = 0;
     unsigned k = 0;
 
+    if (parked)
+        *parked = NULL;
     /* The overlapping nodes in order: first those starting below the range and
      * reaching into it (usually none), one by one; then the contiguous run of nodes
      * starting in it, which all overlap it. */
@@ -573,13 +592,28 @@ size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last
     }
     for (; n && k < SHORT_RUN; n = mrc_itree_iter_next(n, start, last))
         run[k++] = n;
-    if (n)
-        return removed + cut_run(t, start, last, fn, arg);
+    if (n) {
+        node_t *cut = cut_run(t, start, last);
+        if (parked) {
+            *parked = cut;
+            t->parked++;
+            return removed;
+        }
+        size_t walked = walk_run(cut, fn, arg);
+        t->count -= walked;
+        return removed + walked;
+    }
     for (unsigned i = 0; i < k; i++) {
         mrc_itree_remove(t, run[i]);
         fn(run[i], arg);
     }
     return removed + k;
+}
+
+size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
+                              void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
+{
+    return mrc_itree_remove_range_park(t, start, last, fn, arg, NULL);
 }
 
 /* ---- invariant checker ---- */
@@ -642,7 +676,8 @@ int mrc_itree_check(const struct mrc_itree *t)
     /* A parent on the root shows up as a bad parent link in check_node. */
     if (t->root && is_red(t->root))
         check_report(&st, t->root, "root is red");
-    if (check_node(t->root, NULL, 0, UINT64_MAX, 0, &st) >= 0 && st.visited != t->count) {
+    if (check_node(t->root, NULL, 0, UINT64_MAX, 0, &st) >= 0 &&
+        (t->parked ? st.visited > t->count : st.visited != t->count)) {
         fprintf(stderr, "mrc_itree_check: count %zu but %zu nodes reachable\n",
                 t->count, st.visited);
         st.errors++;

@@ -26,7 +26,8 @@ _Static_assert(sizeof(struct mrc_itree_node) == 48, "itree node grew: it is per 
 
 struct mrc_itree {
     struct mrc_itree_node *root;
-    size_t count;               /* nodes in the tree */
+    size_t count;               /* nodes in the tree, and in runs parked and not yet walked */
+    unsigned parked;            /* runs parked by mrc_itree_remove_range_park, not yet walked */
     /* Private: the last insertion's descent, for mrc_itree_prefetch_insert. The nodes
      * may since have left the tree: a prefetch never faults, and pool memory stays
      * mapped. Written and read with relaxed atomics: the prefetch reads it unlocked. */
@@ -61,6 +62,22 @@ void mrc_itree_remove(struct mrc_itree *t, struct mrc_itree_node *n);
 size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
                               void (*fn)(struct mrc_itree_node *n, void *arg), void *arg);
 
+/* mrc_itree_remove_range, except that a long run (the one case that costs O(run)) is
+ * not walked: it is cut out whole and its root stored in *parked, for the caller to
+ * hand to mrc_itree_walk_parked later (an unmap hook then pays O(log n) and leaves the
+ * per-node work to a helper). Nodes that go one by one are given to fn as before, and
+ * the return value counts only them. *parked is NULL when nothing was parked. A parked
+ * run's nodes are out of the tree (no query finds them) but still in count. */
+size_t mrc_itree_remove_range_park(struct mrc_itree *t, uint64_t start, uint64_t last,
+                                   void (*fn)(struct mrc_itree_node *n, void *arg), void *arg,
+                                   struct mrc_itree_node **parked);
+
+/* Calls fn on every node of a run parked by mrc_itree_remove_range_park on t, in
+ * order, under the same terms as remove_range's fn (fn may free n at once); returns how
+ * many, which leave count. O(run). */
+size_t mrc_itree_walk_parked(struct mrc_itree *t, struct mrc_itree_node *run,
+                             void (*fn)(struct mrc_itree_node *n, void *arg), void *arg);
+
 /* First node (lowest start; equal starts in insertion order) overlapping [start, last],
  * i.e. node->start <= last && start <= node->last, or NULL. NULL if start > last.
  * O(log n). */
@@ -77,7 +94,8 @@ struct mrc_itree_node *mrc_itree_iter_next(const struct mrc_itree_node *n,
 
 /* Checks every invariant: BST order by start, start <= last, red-black rules (black
  * root, no red child of a red node, equal black heights), subtree_last, parent links
- * and count. Returns 0 if all hold, else -1 after printing what broke to stderr.
+ * and count (which may exceed what is reachable by parked runs' nodes while some are
+ * parked). Returns 0 if all hold, else -1 after printing what broke to stderr.
  * O(n); for tests and debug builds, never on a hook path (it uses stdio). */
 int mrc_itree_check(const struct mrc_itree *t);
 

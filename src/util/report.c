@@ -32,8 +32,10 @@ __attribute__((format(printf, 2, 3))) static void put(struct buf *b, const char 
 
 void mrc_report_collect(struct mrc_report *r, struct mrc_cache *c, uint64_t wall_ns, const char *monitor)
 {
-    mrc_stats_sum(&r->s);
+    /* Gauges first: they settle runs an unmap parked, whose invalidations are then in
+     * the statistics. */
     mrc_cache_get_gauges(c, &r->g);
+    mrc_stats_sum(&r->s);
     r->wall_ns = wall_ns;
     r->monitor = monitor;
 }

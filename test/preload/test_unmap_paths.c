@@ -101,6 +101,37 @@ static void test_mremap_shrink_grow(void) { void *p = map_anon(NULL, LEN, 0); st
 static void test_mremap_move(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_mremap_move); munmap(p, LEN); }
 static void test_madvise_dontneed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_madv_dontneed); munmap(p, LEN); }
 
+/* One munmap over many registered buffers: a long run of entries, which the cache parks
+ * inside the hook and walks later. Each buffer registered again must see the new pages. */
+#define MANY 64
+static void test_munmap_many_buffers(void)
+{
+    size_t slot = 2 * (size_t)pg, len = MANY * slot;   /* a page of gap: no merging */
+    char *p = map_anon(NULL, len, 0);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    for (int i = 0; i < MANY; i++) {
+        struct ibv_mr *a = ibv_reg_mr(pd, p + i * slot, (size_t)pg, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+        CHECK(a != NULL && write_visible(a, p + i * slot, (size_t)pg, 0x11));
+        CHECK(a == NULL || ibv_dereg_mr(a) == 0);
+    }
+    CHECK(munmap(p, len) == 0);
+    CHECK(map_anon(p, len, MAP_FIXED_NOREPLACE) == p);
+    int visible = 0;
+    for (int i = 0; i < MANY; i++) {
+        struct ibv_mr *b = ibv_reg_mr(pd, p + i * slot, (size_t)pg, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+        CHECK(b != NULL);
+        if (!b)
+            continue;
+        visible += write_visible(b, p + i * slot, (size_t)pg, 0x22);
+        CHECK(ibv_dereg_mr(b) == 0);
+    }
+    /* All visible, or under EXPECT_STALE none. */
+    check_outcome(expect_stale ? visible != 0 : visible == MANY, "64 buffers registered again");
+    munmap(p, len);
+}
+
 static void test_madvise_remove(void)
 {
     void *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -296,6 +327,7 @@ int main(void)
 #undef RUN
 #define RUN(fn) (new_pd(), check_run(#fn, fn))
     RUN(test_munmap);
+    RUN(test_munmap_many_buffers);
     RUN(test_mmap_fixed);
     RUN(test_mremap_shrink_grow);
     RUN(test_mremap_move);

@@ -4,12 +4,14 @@
  * their peaks, back-end time counted in ticks, a thread's spare entries, the entry
  * pool (batched gets; its reserve, refilled from another thread while gets run and
  * asked for at half), and a threaded stress in which no lookup may return an entry
- * overlapping a range whose invalidation has returned. */
+ * overlapping a range whose invalidation has returned; runs parked by an unmap (never
+ * served by a hint, settled when full, by flush and by eviction). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "check.h"
 #include "core/cache.h"
@@ -600,6 +602,16 @@ static void test_invalidate_bulk_in_use_and_idle(void)
     mrc_cache_invalidate(&cache, 0x20000000, PG, MRC_INVAL_MUNMAP);   /* slot 0 and the one from below */
     fb.forbidden = 0;
     CHECK(fb.forbidden_calls == 0);
+    /* The 400 starting in the first range are a long run: parked, out of the tree (no
+     * query finds one) but still counted, and nothing of theirs deferred yet. */
+    CHECK(mrc_itree_check(&cache.tree) == 0);
+    CHECK(cache.nparked == 1 && cache.tree.parked == 1);
+    CHECK(mrc_itree_iter_first(&cache.tree, 0x20000000 + 100 * 2 * PG, 0x20000000 + 500 * 2 * PG - 1) == NULL);
+    CHECKF(cache.tree.count == 602 - 2 && cache.tree_count == 602 - 2, "%zu in the tree", cache.tree.count);
+    CHECK(cache.ndeferred == 1);                     /* the one from below */
+    struct mrc_cache_gauges g;
+    mrc_cache_get_gauges(&cache, &g);                /* settles the run first */
+    CHECK(cache.nparked == 0 && cache.tree.parked == 0);
     CHECK(mrc_itree_check(&cache.tree) == 0);
     CHECKF(cache.tree.count == 602 - 400 - 2, "%zu in the tree", cache.tree.count);
     CHECK(cache.tree_count == cache.tree.count);
@@ -610,8 +622,6 @@ static void test_invalidate_bulk_in_use_and_idle(void)
     CHECKF(cache.ndeferred == want_deferred && cache.deferred_bytes == want_deferred * PG +
            0x10000, "%llu deferred, want %llu", (unsigned long long)cache.ndeferred,
            (unsigned long long)want_deferred);
-    struct mrc_cache_gauges g;
-    mrc_cache_get_gauges(&cache, &g);
     CHECK(g.tree_entries == 200 && g.tree_bytes == 200 * PG);
     /* In-use invalidated entries stay valid for their holders, are never found again,
      * and go at their last release; the survivors still hit. */
@@ -643,11 +653,114 @@ static void test_invalidate_everything_at_once(void)
     for (uint64_t i = 0; i < 300; i++)
         mrc_cache_put(&cache, get(&dom_a, 0x40000000 + i * 2 * PG, PG, LW));
     mrc_cache_invalidate(&cache, 0, UINT64_MAX, MRC_INVAL_MUNMAP);
-    CHECK(cache.tree.count == 0 && cache.tree.root == NULL && cache.tree_count == 0);
-    CHECK(cache.tree_bytes == 0 && cache.lru.lru_next == &cache.lru && cache.ndeferred == 300);
-    struct mrc_entry *e = get(&dom_a, 0x40000000, PG, LW);   /* a miss, and the drain */
-    CHECK(fb.regs == 301 && fb.live == 1 && cache.tree.count == 1);
+    /* Parked whole: nothing left in the tree, the per-entry work not done yet. */
+    CHECK(cache.tree.root == NULL && cache.nparked == 1 && cache.tree_count == 300 && cache.ndeferred == 0);
+    CHECK(mrc_itree_check(&cache.tree) == 0);
+    struct mrc_entry *e = get(&dom_a, 0x40000000, PG, LW);   /* the drain settles and deregisters; a miss */
+    CHECK(fb.regs == 301 && fb.live == 1 && cache.tree.count == 1 && cache.tree_count == 1);
+    CHECK(cache.nparked == 0 && cache.ndeferred == 0 && cache.tree_bytes == PG);
+    CHECK(cache.lru.lru_next == e && e->lru_next == &cache.lru);
     mrc_cache_put(&cache, e);
+}
+
+/* Parked runs and hints: a thread whose hints point into a parked run asks while the
+ * lock is busy (so its get cannot settle the run first). It must not be handed a parked
+ * entry: it waits for the lock, and registers anew. */
+enum { PARK_N = 40 };
+static struct mrc_entry *park_old[PARK_N];
+static struct mrc_entry *park_got;
+static int park_phase;
+
+static void *park_user(void *arg)
+{
+    (void)arg;
+    for (uint64_t i = 0; i < PARK_N; i++) {
+        park_old[i] = get(&dom_a, 0x50000000 + i * 2 * PG, PG, LW);
+        mrc_cache_put(&cache, park_old[i]);
+    }
+    __atomic_store_n(&park_phase, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&park_phase, __ATOMIC_SEQ_CST) != 2)
+        sched_yield();
+    park_got = get(&dom_a, 0x50000000 + 7 * 2 * PG, PG, LW);   /* its hint: park_old[7] */
+    return NULL;
+}
+
+static void test_parked_run_never_served_by_hints(void)
+{
+    setup_with(100000, 1ull << 40, MRC_REMOTE_EXACT);
+    pthread_t u;
+    pthread_create(&u, NULL, park_user, NULL);
+    while (__atomic_load_n(&park_phase, __ATOMIC_SEQ_CST) != 1)
+        sched_yield();
+    mrc_cache_invalidate(&cache, 0x50000000, PARK_N * 2 * PG, MRC_INVAL_MUNMAP);
+    CHECK(cache.nparked == 1);
+    pthread_mutex_lock(&cache.lock);
+    __atomic_store_n(&park_phase, 2, __ATOMIC_SEQ_CST);
+    /* Long enough for the get to reach its hint while we hold the lock (if it were to
+     * take the parked entry, it would not need the lock at all). */
+    struct timespec wait = { 0, 50 * 1000 * 1000 };
+    nanosleep(&wait, NULL);
+    pthread_mutex_unlock(&cache.lock);
+    pthread_join(u, NULL);
+    CHECK(park_got != NULL && park_got != park_old[7]);
+    CHECK(fb.regs == PARK_N + 1 && reg_of(park_got)->live);
+    mrc_cache_put(&cache, park_got);
+    park_phase = 0;
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECK(fb.live == 0 && cache.nparked == 0);
+}
+
+/* A back-end that, once asked, parks the first 45 slots at 0x70000000 while it registers. */
+static int park_in_reg;
+static int reg_parks(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
+                     uint32_t access, void **out)
+{
+    if (park_in_reg) {
+        park_in_reg = 0;
+        mrc_cache_invalidate(&cache, 0x70000000, 45 * 2 * PG, MRC_INVAL_MUNMAP);
+    }
+    return fake_reg(ctx, domain, addr, len, iova, access, out);
+}
+
+/* An unmap parks while slots are free; with all taken it walks the run itself. Flush
+ * and eviction settle parked runs first (their entries are on the LRU, out of the tree). */
+static void test_parked_slots_full_flush_and_evict(void)
+{
+    setup_with(100000, 1ull << 40, MRC_REMOTE_EXACT);
+    const uint64_t runs = MRC_PARKED + 1, per = 40;
+    for (uint64_t r = 0; r < runs; r++)
+        for (uint64_t i = 0; i < per; i++)
+            mrc_cache_put(&cache, get(&dom_a, 0x60000000 + (r * per + i) * 2 * PG, PG, LW));
+    fb.forbidden = 1;
+    for (uint64_t r = 0; r < runs; r++)
+        mrc_cache_invalidate(&cache, 0x60000000 + r * per * 2 * PG, per * 2 * PG, MRC_INVAL_MUNMAP);
+    fb.forbidden = 0;
+    CHECK(fb.forbidden_calls == 0);
+    CHECK(cache.nparked == MRC_PARKED && cache.ndeferred == per);   /* the last one walked */
+    CHECK(cache.tree.root == NULL && mrc_itree_check(&cache.tree) == 0);
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECK(cache.nparked == 0 && cache.tree.count == 0 && cache.tree_count == 0);
+    CHECK(fb.live == 0 && fb.deregs == runs * per);
+
+    /* Eviction: 45 idle entries, at the limit; an unmap parks them all while a miss
+     * registers (the miss's drain came before it). The miss, over the limit, must settle
+     * them, not evict them out of a tree they are no longer in. */
+    fake_init(&fb);
+    struct mrc_cache_params p = {
+        .ops = { reg_parks, fake_dereg, &fb },
+        .max_entries = 45, .max_bytes = 1ull << 40, .max_deferred_bytes = 1u << 20,
+        .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
+    };
+    CHECK(mrc_cache_init(&cache, &p) == 0);
+    for (uint64_t i = 0; i < 45; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0x70000000 + i * 2 * PG, PG, LW));
+    park_in_reg = 1;
+    struct mrc_entry *e = get(&dom_a, 0x71000000, PG, LW);
+    CHECK(park_in_reg == 0 && cache.nparked == 0);
+    CHECK(mrc_itree_check(&cache.tree) == 0);
+    CHECK(cache.tree_count == 1 && cache.tree.count == 1 && fb.deregs == 45 && fb.live == 1);
+    mrc_cache_put(&cache, e);
+    mrc_cache_flush(&cache, NULL, NULL);
 }
 
 /* ---- the entry pool's reserve ---- */
@@ -856,6 +969,10 @@ static void test_pool_gets_race_refills(void)
 static uint64_t slot_gen[STRESS_SLOTS];
 static uint64_t done_gen[STRESS_SLOTS];
 static uint64_t stress_violations;
+/* Slots a page apart (neighbours merge into larger entries) or two (one entry per slot,
+ * so that an unmap over more than 32 of them parks a run). */
+static uint64_t stress_stride = PG;
+static int stress_long_runs;
 
 struct stress_reg {
     struct fake_reg fr;         /* first: the fake back-end's record */
@@ -872,8 +989,8 @@ static int stress_reg_fn(void *ctx, void *domain, uint64_t addr, uint64_t len, u
     struct stress_reg *r = calloc(1, sizeof(*r));
     r->fr = *fr;
     fr->live = 0;               /* replaced by r */
-    uint64_t s0 = (addr - 0x10000000) / PG;
-    for (uint64_t s = s0; s < s0 + len / PG && s < STRESS_SLOTS; s++)
+    uint64_t s0 = (addr - 0x10000000) / stress_stride, s1 = (addr + len - 1 - 0x10000000) / stress_stride;
+    for (uint64_t s = s0; s <= s1 && s < STRESS_SLOTS; s++)
         r->gen[s] = __atomic_load_n(&slot_gen[s], __ATOMIC_SEQ_CST);
     /* A real registration takes microseconds after pinning: widen that window. */
     sched_yield();
@@ -889,8 +1006,8 @@ static void *stress_user(void *arg)
         unsigned s = (unsigned)rand_r(&seed) % STRESS_SLOTS;
         struct mrc_entry *e = NULL;
         uint64_t before = __atomic_load_n(&done_gen[s], __ATOMIC_SEQ_CST);
-        if (mrc_cache_get(&cache, &dom_a, 0x10000000 + (uint64_t)s * PG, PG, 0x10000000 + (uint64_t)s * PG,
-                          LW, &e) != 0)
+        uint64_t addr = 0x10000000 + (uint64_t)s * stress_stride;
+        if (mrc_cache_get(&cache, &dom_a, addr, PG, addr, LW, &e) != 0)
             continue;
         struct stress_reg *r = e->reg;
         if (r->gen[s] < before)
@@ -915,13 +1032,15 @@ static void *stress_invalidator(void *arg)
     while (!__atomic_load_n(&stress_stop, __ATOMIC_SEQ_CST)) {
         unsigned s = (unsigned)rand_r(&seed) % STRESS_SLOTS;
         unsigned n = 1 + (unsigned)rand_r(&seed) % 4;
+        if (stress_long_runs && rand_r(&seed) % 8 == 0)
+            n = 33 + (unsigned)rand_r(&seed) % 32;
         if (rand_r(&seed) % 64 == 0) {        /* every slot: often the whole tree at once */
             s = 0;
             n = STRESS_SLOTS;
         }
         if (s + n > STRESS_SLOTS)
             n = STRESS_SLOTS - s;
-        uint64_t addr = 0x10000000 + (uint64_t)s * PG, len = (uint64_t)n * PG;
+        uint64_t addr = 0x10000000 + (uint64_t)s * stress_stride, len = (uint64_t)n * stress_stride;
         uint64_t ticket = mrc_cache_unmap_begin(&cache, addr, len, MRC_INVAL_MUNMAP);
         for (unsigned k = s; k < s + n; k++)
             __atomic_fetch_add(&slot_gen[k], 1, __ATOMIC_SEQ_CST);
@@ -940,8 +1059,11 @@ static int stress_dereg_fn(void *ctx, void *reg)
     return fake_dereg(ctx, &r->fr);
 }
 
-static void test_threads_never_return_invalidated(void)
+static void stress_run(uint64_t stride, int long_runs)
 {
+    stress_stride = stride;
+    stress_long_runs = long_runs;
+    stress_violations = 0;
     fake_init(&fb);
     struct mrc_cache_params p = {
         .ops = { stress_reg_fn, stress_dereg_fn, &fb },
@@ -962,6 +1084,17 @@ static void test_threads_never_return_invalidated(void)
     mrc_cache_flush(&cache, NULL, NULL);
     CHECKF(fb.live == 0, "%llu registrations left after flush", (unsigned long long)fb.live);
     CHECK(fb.forbidden_calls == 0);
+}
+
+static void test_threads_never_return_invalidated(void)
+{
+    stress_run(PG, 0);
+}
+
+/* The same with runs parked by the unmaps, while other threads' hints point into them. */
+static void test_threads_never_return_parked(void)
+{
+    stress_run(2 * PG, 1);
 }
 
 int main(void)
@@ -1000,8 +1133,11 @@ int main(void)
     RUN(test_pool_reserve_wakes_at_half);
     RUN(test_invalidate_bulk_in_use_and_idle);
     RUN(test_invalidate_everything_at_once);
+    RUN(test_parked_run_never_served_by_hints);
+    RUN(test_parked_slots_full_flush_and_evict);
     RUN(test_pool_reserve_used_before_fresh_chunks);
     RUN(test_pool_gets_race_refills);
     RUN(test_threads_never_return_invalidated);
+    RUN(test_threads_never_return_parked);
     CHECK_EXIT();
 }
