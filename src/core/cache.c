@@ -367,8 +367,7 @@ static void inval_one_locked(struct mrc_itree_node *node, void *arg)
 }
 
 /* Applies n invalidated entries' counters (under the lock). */
-static void inval_count_locked(struct mrc_cache *c, const struct inval_batch *b, uint64_t n,
-                               enum mrc_inval_cause cause)
+static void inval_count_locked(struct mrc_cache *c, const struct inval_batch *b, uint64_t n)
 {
     if (!n)
         return;
@@ -376,6 +375,12 @@ static void inval_count_locked(struct mrc_cache *c, const struct inval_batch *b,
     c->tree_bytes -= b->bytes;
     ST(&c->ndeferred, c->ndeferred + b->ndeferred);
     ST(&c->deferred_bytes, c->deferred_bytes + b->deferred_bytes);
+}
+
+static void inval_stats(uint64_t n, enum mrc_inval_cause cause)
+{
+    if (!n)
+        return;
     mrc_stat_add(MRC_STAT_INVALIDATED, n);
     mrc_stat_add((enum mrc_stat)(MRC_STAT_INVAL_BASE + cause), n);
 }
@@ -390,7 +395,8 @@ static void settle_locked(struct mrc_cache *c)
     for (unsigned i = 0; i < n; i++) {
         struct inval_batch b = { c, 0, 0, 0 };
         uint64_t k = mrc_itree_walk_parked(&c->tree, c->parked[i].run, inval_one_locked, &b);
-        inval_count_locked(c, &b, k, c->parked[i].cause);
+        inval_count_locked(c, &b, k);
+        inval_stats(k, c->parked[i].cause);   /* never in a hook: a first stat may map */
     }
     c->parked_bytes = 0;
     __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);
@@ -425,21 +431,25 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
      * them): then this hook pays O(log n) for it, not O(run). */
     uint64_t n = mrc_itree_remove_range_park(&c->tree, first, last, inval_one_locked, &b,
                                              np < MRC_PARKED ? &run : NULL);
-    inval_count_locked(c, &b, n, cause);
+    inval_count_locked(c, &b, n);
     if (run) {
         c->parked[np].run = run;
         c->parked[np].cause = cause;
         __atomic_store_n(&c->parked[np].first, first, __ATOMIC_RELEASE);
         __atomic_store_n(&c->parked[np].last, last, __ATOMIC_RELEASE);
         __atomic_store_n(&c->nparked, np + 1, __ATOMIC_SEQ_CST);
-        /* What the run pins is not known until it is walked: its range bounds it. */
-        c->parked_bytes += last - first < UINT64_MAX / 2 ? last - first + 1 : UINT64_MAX / 2;
+        /* What the run pins is not known until it is walked: its range bounds it, and
+         * so does tree_bytes, which still counts every parked run. */
+        uint64_t range = last - first + 1 ? last - first + 1 : UINT64_MAX;
+        uint64_t bound = c->parked_bytes + range < range ? UINT64_MAX : c->parked_bytes + range;
+        c->parked_bytes = bound < c->tree_bytes ? bound : c->tree_bytes;
     }
     /* The helper is woken only past the bound, like deferred deregistrations: running
      * beside the program's munmap it would make the kernel's TLB flushes reach its CPU
      * too (measured here: the 16k-entry munmap then cost 2-4x as much). */
     int full = (n || run) && c->deferred_bytes + c->parked_bytes > c->p.max_deferred_bytes;
     pthread_mutex_unlock(&c->lock);
+    inval_stats(n, cause);
     if (full && c->p.deferred_full)
         c->p.deferred_full(c->p.deferred_full_arg);
     return ticket;
@@ -566,6 +576,7 @@ static int backend_reg(struct mrc_cache *c, void *domain, uint64_t first, uint64
 static void evict_all_idle(struct mrc_cache *c)
 {
     pthread_mutex_lock(&c->lock);
+    settle_locked(c);   /* parked runs' entries are deregistered now too */
     struct mrc_entry *victims = evict_locked(c, 1, take_deferred_locked(c));
     pthread_mutex_unlock(&c->lock);
     dereg_list(c, victims);
@@ -703,6 +714,7 @@ int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len
         goto hit;
 
     pthread_mutex_lock(&c->lock);
+    settle_locked(c);   /* if drain's trylock found the lock busy: parked runs stay short */
     e = tree_lookup_locked(c, domain, first, last, iova_off, access);
     if (e) {
         __atomic_fetch_add(&e->ref, 1, __ATOMIC_SEQ_CST);

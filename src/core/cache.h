@@ -146,7 +146,8 @@ void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len,
  * in the range) is cut out of the tree whole and parked: the per-entry work (LRU, the
  * tree's reference, deferral) is left to mrc_cache_drain, which the next get runs (as
  * it deregisters deferred entries), or the helper past max_deferred_bytes. Until then
- * no lookup returns a parked entry, and tree_count and the statistics count it. */
+ * no lookup returns a parked entry; tree_count counts it, and the statistics count it
+ * as invalidated once it is settled. */
 uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
                                enum mrc_inval_cause cause);
 void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, uint64_t len,

@@ -5,7 +5,9 @@
  * pool (batched gets; its reserve, refilled from another thread while gets run and
  * asked for at half), and a threaded stress in which no lookup may return an entry
  * overlapping a range whose invalidation has returned; runs parked by an unmap (never
- * served by a hint, settled when full, by flush and by eviction). */
+ * served by a hint, settled when full, by flush and by eviction); an unmap while a miss
+ * registers. */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -663,13 +665,15 @@ static void test_invalidate_everything_at_once(void)
     mrc_cache_put(&cache, e);
 }
 
-/* Parked runs and hints: a thread whose hints point into a parked run asks while the
- * lock is busy (so its get cannot settle the run first). It must not be handed a parked
- * entry: it waits for the lock, and registers anew. */
-enum { PARK_N = 40 };
+/* Parked runs and hints: a thread whose hint points into a parked run asks while the
+ * lock is busy (so its get cannot settle the run first). It must not be handed the
+ * parked entry: it waits for the lock, and registers anew. Two runs are parked, the
+ * hint's in the older slot. */
+enum { PARK_N = 80 };
 static struct mrc_entry *park_old[PARK_N];
 static struct mrc_entry *park_got;
-static int park_phase;
+static struct fake_reg *park_old_reg;   /* entry 0's: its memory may be reused, not this */
+static int park_phase, park_hit;
 
 static void *park_user(void *arg)
 {
@@ -678,10 +682,16 @@ static void *park_user(void *arg)
         park_old[i] = get(&dom_a, 0x50000000 + i * 2 * PG, PG, LW);
         mrc_cache_put(&cache, park_old[i]);
     }
+    /* A hit makes entry 0 the newest hint of its set. */
+    uint64_t regs = fb.regs;
+    struct mrc_entry *e = get(&dom_a, 0x50000000, PG, LW);
+    park_hit = e == park_old[0] && fb.regs == regs;
+    park_old_reg = reg_of(e);
+    mrc_cache_put(&cache, e);
     __atomic_store_n(&park_phase, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&park_phase, __ATOMIC_SEQ_CST) != 2)
         sched_yield();
-    park_got = get(&dom_a, 0x50000000 + 7 * 2 * PG, PG, LW);   /* its hint: park_old[7] */
+    park_got = get(&dom_a, 0x50000000, PG, LW);
     return NULL;
 }
 
@@ -692,8 +702,10 @@ static void test_parked_run_never_served_by_hints(void)
     pthread_create(&u, NULL, park_user, NULL);
     while (__atomic_load_n(&park_phase, __ATOMIC_SEQ_CST) != 1)
         sched_yield();
-    mrc_cache_invalidate(&cache, 0x50000000, PARK_N * 2 * PG, MRC_INVAL_MUNMAP);
-    CHECK(cache.nparked == 1);
+    CHECK(park_hit);
+    mrc_cache_invalidate(&cache, 0x50000000, PARK_N / 2 * 2 * PG, MRC_INVAL_MUNMAP);
+    mrc_cache_invalidate(&cache, 0x50000000 + PARK_N / 2 * 2 * PG, PARK_N / 2 * 2 * PG, MRC_INVAL_MUNMAP);
+    CHECK(cache.nparked == 2);
     pthread_mutex_lock(&cache.lock);
     __atomic_store_n(&park_phase, 2, __ATOMIC_SEQ_CST);
     /* Long enough for the get to reach its hint while we hold the lock (if it were to
@@ -702,7 +714,7 @@ static void test_parked_run_never_served_by_hints(void)
     nanosleep(&wait, NULL);
     pthread_mutex_unlock(&cache.lock);
     pthread_join(u, NULL);
-    CHECK(park_got != NULL && park_got != park_old[7]);
+    CHECK(park_got != NULL && reg_of(park_got) != park_old_reg && !park_old_reg->live);
     CHECK(fb.regs == PARK_N + 1 && reg_of(park_got)->live);
     mrc_cache_put(&cache, park_got);
     park_phase = 0;
@@ -710,16 +722,42 @@ static void test_parked_run_never_served_by_hints(void)
     CHECK(fb.live == 0 && cache.nparked == 0);
 }
 
-/* A back-end that, once asked, parks the first 45 slots at 0x70000000 while it registers. */
-static int park_in_reg;
-static int reg_parks(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
-                     uint32_t access, void **out)
+/* A back-end that runs in_reg (once) while it registers, as an unmap on another thread
+ * or a nested lookup would; a non-zero return fails the registration with it. */
+static int (*in_reg)(uint64_t addr, uint64_t len);
+static int reg_hooked(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
+                      uint32_t access, void **out)
 {
-    if (park_in_reg) {
-        park_in_reg = 0;
-        mrc_cache_invalidate(&cache, 0x70000000, 45 * 2 * PG, MRC_INVAL_MUNMAP);
-    }
-    return fake_reg(ctx, domain, addr, len, iova, access, out);
+    int (*f)(uint64_t, uint64_t) = in_reg;
+    in_reg = NULL;
+    int rc = f ? f(addr, len) : 0;
+    return rc ? rc : fake_reg(ctx, domain, addr, len, iova, access, out);
+}
+
+static void setup_hooked(uint64_t max_entries, uint64_t max_bytes)
+{
+    fake_init(&fb);
+    in_reg = NULL;
+    struct mrc_cache_params p = {
+        .ops = { reg_hooked, fake_dereg, &fb },
+        .max_entries = max_entries, .max_bytes = max_bytes, .max_deferred_bytes = 1u << 20,
+        .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
+    };
+    CHECK(mrc_cache_init(&cache, &p) == 0);
+}
+
+/* Parks the 45 slots at 0x70000000 (and then fails the registration with ENOMEM). */
+static int park_45(uint64_t addr, uint64_t len)
+{
+    (void)addr, (void)len;
+    mrc_cache_invalidate(&cache, 0x70000000, 45 * 2 * PG, MRC_INVAL_MUNMAP);
+    return 0;
+}
+
+static int park_45_enomem(uint64_t addr, uint64_t len)
+{
+    park_45(addr, len);
+    return -ENOMEM;
 }
 
 /* An unmap parks while slots are free; with all taken it walks the run itself. Flush
@@ -742,25 +780,81 @@ static void test_parked_slots_full_flush_and_evict(void)
     CHECK(cache.nparked == 0 && cache.tree.count == 0 && cache.tree_count == 0);
     CHECK(fb.live == 0 && fb.deregs == runs * per);
 
-    /* Eviction: 45 idle entries, at the limit; an unmap parks them all while a miss
-     * registers (the miss's drain came before it). The miss, over the limit, must settle
+    /* Eviction after a registration: 45 idle one-page entries and A, at the byte limit.
+     * A miss next to A registers their union (so its entry goes in after the back-end
+     * call), and an unmap parks the 45 meanwhile: over the limit, the miss must settle
      * them, not evict them out of a tree they are no longer in. */
-    fake_init(&fb);
-    struct mrc_cache_params p = {
-        .ops = { reg_parks, fake_dereg, &fb },
-        .max_entries = 45, .max_bytes = 1ull << 40, .max_deferred_bytes = 1u << 20,
-        .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
-    };
-    CHECK(mrc_cache_init(&cache, &p) == 0);
+    setup_hooked(100000, 46 * PG);
     for (uint64_t i = 0; i < 45; i++)
         mrc_cache_put(&cache, get(&dom_a, 0x70000000 + i * 2 * PG, PG, LW));
-    park_in_reg = 1;
-    struct mrc_entry *e = get(&dom_a, 0x71000000, PG, LW);
-    CHECK(park_in_reg == 0 && cache.nparked == 0);
-    CHECK(mrc_itree_check(&cache.tree) == 0);
-    CHECK(cache.tree_count == 1 && cache.tree.count == 1 && fb.deregs == 45 && fb.live == 1);
+    mrc_cache_put(&cache, get(&dom_a, 0x71000000, PG, LW));
+    in_reg = park_45;
+    struct mrc_entry *e = get(&dom_a, 0x71001000, PG, LW);
+    CHECK(in_reg == NULL && cache.nparked == 0 && mrc_itree_check(&cache.tree) == 0);
+    CHECK(mrc_entry_start(e) == 0x71000000 && mrc_entry_len(e) == 2 * PG);
+    CHECK(cache.tree_count == 1 && cache.tree.count == 1 && fb.deregs == 46 && fb.live == 1);
     mrc_cache_put(&cache, e);
     mrc_cache_flush(&cache, NULL, NULL);
+
+    /* Out of pinnable memory while 45 idle entries are parked: evicting everything idle
+     * for the retry deregisters them too. */
+    setup_hooked(100000, 1ull << 40);
+    for (uint64_t i = 0; i < 45; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0x70000000 + i * 2 * PG, PG, LW));
+    in_reg = park_45_enomem;
+    e = get(&dom_a, 0x72000000, PG, LW);
+    CHECK(in_reg == NULL && cache.nparked == 0 && cache.ndeferred == 0);
+    CHECK(mrc_itree_check(&cache.tree) == 0 && cache.tree_count == 1);
+    CHECK(fb.deregs == 45 && fb.live == 1);
+    mrc_cache_put(&cache, e);
+    mrc_cache_flush(&cache, NULL, NULL);
+}
+
+/* ---- an unmap while a miss registers ---- */
+
+static int unmap_request(uint64_t addr, uint64_t len)
+{
+    mrc_cache_invalidate(&cache, addr, len, MRC_INVAL_MUNMAP);
+    return 0;
+}
+
+static int unmap_41_slots(uint64_t addr, uint64_t len)
+{
+    (void)addr, (void)len;
+    mrc_cache_invalidate(&cache, 0x80300000, 41 * 2 * PG, MRC_INVAL_MUNMAP);
+    return 0;
+}
+
+/* An unmap of a miss's range while it registers (walked, or parked with a long run of
+ * idle entries): the registration may hold the old pages, so it goes to its caller
+ * alone and is deregistered at its release, never served again. */
+static void test_unmapped_while_registering_is_private(void)
+{
+    setup_hooked(1000, 1ull << 40);
+    in_reg = unmap_request;
+    struct mrc_entry *e = get(&dom_a, 0x80200000, PG, LW);
+    CHECK(e->flags == MRC_E_PRIVATE && e->ref == 1 && cache.tree_count == 0);
+    struct fake_reg *r = reg_of(e);
+    mrc_cache_put(&cache, e);
+    CHECK(!r->live);
+    uint64_t regs = fb.regs;
+    mrc_cache_put(&cache, get(&dom_a, 0x80200000, PG, LW));
+    CHECK(fb.regs == regs + 1);
+
+    for (uint64_t i = 0; i < 40; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0x80300000 + i * 2 * PG, PG, LW));
+    in_reg = unmap_41_slots;
+    e = get(&dom_a, 0x80300000 + 40 * 2 * PG, PG, LW);   /* just after the 40 */
+    CHECK(cache.nparked == 1 && e->flags == MRC_E_PRIVATE);
+    r = reg_of(e);
+    mrc_cache_put(&cache, e);
+    CHECK(!r->live);
+    regs = fb.regs;
+    mrc_cache_put(&cache, get(&dom_a, 0x80300000 + 40 * 2 * PG, PG, LW));
+    CHECK(cache.nparked == 0 && fb.regs == regs + 1);
+    CHECK(mrc_itree_check(&cache.tree) == 0);
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECK(fb.live == 0);
 }
 
 /* ---- the entry pool's reserve ---- */
@@ -1135,6 +1229,7 @@ int main(void)
     RUN(test_invalidate_everything_at_once);
     RUN(test_parked_run_never_served_by_hints);
     RUN(test_parked_slots_full_flush_and_evict);
+    RUN(test_unmapped_while_registering_is_private);
     RUN(test_pool_reserve_used_before_fresh_chunks);
     RUN(test_pool_gets_race_refills);
     RUN(test_threads_never_return_invalidated);
