@@ -396,6 +396,31 @@ static void test_deferred_bound_calls_for_help(void)
     CHECK(fb.live == 3);
 }
 
+/* A parked run counts toward the bound by its range, at most what the tree holds: 40
+ * one-page entries unmapped by an 80-page range count 40 pages. */
+static void test_parked_bound_calls_for_help(void)
+{
+    for (int past = 0; past < 2; past++) {
+        fake_init(&fb);
+        struct mrc_cache_params p = {
+            .ops = { fake_reg, fake_dereg, &fb },
+            .max_entries = 1000, .max_bytes = 1ull << 40,
+            .max_deferred_bytes = past ? 39 * PG : 40 * PG,
+            .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
+            .deferred_full = on_full,
+        };
+        CHECK(mrc_cache_init(&cache, &p) == 0);
+        full_calls = 0;
+        for (uint64_t i = 0; i < 40; i++)
+            mrc_cache_put(&cache, get(&dom_a, 0xd000000 + i * 2 * PG, PG, LW));
+        mrc_cache_invalidate(&cache, 0xd000000, 80 * PG, MRC_INVAL_MUNMAP);
+        CHECK(cache.nparked == 1 && cache.parked_bytes == 40 * PG);
+        CHECKF(full_calls == past, "bound %d pages: %d calls", past ? 39 : 40, full_calls);
+        mrc_cache_drain(&cache);
+        CHECK(cache.nparked == 0 && cache.parked_bytes == 0 && fb.live == 0);
+    }
+}
+
 static int match_domain(const struct mrc_entry *e, void *arg) { return e->domain == arg; }
 
 static void test_flush_by_domain(void)
@@ -420,11 +445,15 @@ static void test_forget_never_deregisters(void)
     mrc_cache_put(&cache, get(&dom_a, 0xb000000, PG, LW));
     struct mrc_entry *held = get(&dom_a, 0xb100000, PG, LW);
     (void)held;
+    for (uint64_t i = 0; i < 40; i++)   /* and a parked run: forgotten too, not settled */
+        mrc_cache_put(&cache, get(&dom_a, 0xb200000 + i * 2 * PG, PG, LW));
+    mrc_cache_invalidate(&cache, 0xb200000, 80 * PG, MRC_INVAL_MUNMAP);
+    CHECK(cache.nparked == 1);
     mrc_cache_forget(&cache);
     CHECK(fb.deregs == 0);
-    CHECK(cache.tree.count == 0);
+    CHECK(cache.tree.count == 0 && cache.nparked == 0 && cache.tree.parked == 0);
     struct mrc_entry *e = get(&dom_a, 0xb000000, PG, LW);   /* registers anew */
-    CHECK(fb.regs == 3);
+    CHECK(fb.regs == 43 && fb.deregs == 0);
     mrc_cache_put(&cache, e);
 }
 
@@ -1215,6 +1244,7 @@ int main(void)
     RUN(test_invalidate_outside_and_at_top_of_space);
     RUN(test_deferred_drained_by_next_call);
     RUN(test_deferred_bound_calls_for_help);
+    RUN(test_parked_bound_calls_for_help);
     RUN(test_flush_by_domain);
     RUN(test_forget_never_deregisters);
     RUN(test_gauges_and_stats);
