@@ -4,7 +4,9 @@
  * rereg on a cached handle, fork, and threads registering while others unmap. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -238,6 +240,43 @@ static void deferred_drain_case(unsigned idle_ms)
     ibv_dealloc_pd(own);
 }
 
+/* glibc's malloc heaps (arenas) in this process, from malloc_info. */
+static int malloc_heaps(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return -1;
+    malloc_info(0, f);
+    fclose(f);
+    int n = 0;
+    for (const char *q = buf; (q = strstr(q, "<heap nr=")) != NULL; q++)
+        n++;
+    free(buf);
+    return n;
+}
+
+/* The helper thread makes its malloc arena (an mmap of 64 MiB) when it starts, at the
+ * first registration, not later in the background, when a hole the program has just
+ * unmapped could receive it. Run first, in a process with no other threads. */
+static void test_helper_arena_made_at_start(void)
+{
+    int before = malloc_heaps();
+    char *p = map_anon(NULL, 4096, 0);
+    struct ibv_mr *m = ibv_reg_mr(pd, p, 4096, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(m && ibv_dereg_mr(m) == 0);
+    /* Eventually, not within a time bound: the thread starts on its own. */
+    int after = before;
+    for (int t = 0; t < 500 && after <= before; t++) {
+        usleep(10000);
+        after = malloc_heaps();
+    }
+    CHECKF(before >= 1 && after == before + 1, "malloc heaps: %d before the first registration, %d after",
+           before, after);
+    /* p stays mapped: unmapping it would defer a deregistration into the next test's count. */
+}
+
 static void test_deferred_drained_without_further_calls(void)
 {
     deferred_drain_case(0);
@@ -290,6 +329,10 @@ int main(void)
     preloaded = getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "libmrcache");
     open_nic();
     if (getenv("DEFERRED_ONLY")) {
+        if (dlsym(RTLD_DEFAULT, "__asan_init"))
+            check_skip("test_helper_arena_made_at_start", "malloc is the sanitizer's: no glibc arenas");
+        else
+            RUN(test_helper_arena_made_at_start);
         RUN(test_deferred_drained_without_further_calls);
         RUN(test_deferred_drained_after_helper_idle);
         CHECK_EXIT();
