@@ -1,15 +1,11 @@
 /* cache.c - lookup, registration, lazy release, invalidation and eviction.
- * Concurrency design: the tree, LRU and deferred list are under one mutex that is
- * never held across a back-end call. Hits avoid it: each thread keeps a few recently
- * used entries (hints) and takes a reference with increment-unless-zero, then checks
- * that the entry still serves the request and is still in the tree (entries live in a
- * type-stable pool, so a stale hint is safe to read). Releases only decrement; the LRU
- * position is updated in per-thread batches. An entry's key fields never change while
- * its count is non-zero. Ref protocol: the tree holds 1; whoever drops the count to 0
- * owns the dead entry (deregisters it, or defers that when inside a hook). An unmap of
- * a long run of entries parks it (cut out of the tree whole, its entries still flagged
- * IN_TREE and holding the tree's reference) for drain, which any later call or the
- * helper runs; hint readers reject entries overlapping a parked range. */
+ * Concurrency: the tree, LRU, deferred list and parked runs are under one mutex, never
+ * held across a back-end call. Hits avoid it: a thread's hints (recent entries) are
+ * taken with increment-unless-zero, then checked to still serve the request and be in
+ * the tree, outside any parked range (entries are type-stable: a stale hint is safe to
+ * read). The tree holds one reference; whoever drops the count to 0 owns the dead entry
+ * (deregisters it, or defers that inside a hook). A parked run keeps its entries'
+ * IN_TREE and tree reference until a get, drain, flush or gauge read settles it. */
 #include <errno.h>
 #include <string.h>
 
@@ -346,7 +342,8 @@ struct inval_batch {
     uint64_t bytes, ndeferred, deferred_bytes;
 };
 
-/* An entry the tree has just let go of (mrc_itree_remove_range's callback): what
+/* An entry the tree has just let go of (mrc_itree_remove_range's and walk_parked's
+ * callback): what
  * tree_remove_locked and drop_tree_ref_locked do, with the counters batched. One
  * atomic read-modify-write per entry: the reference drop, which also orders the
  * IN_TREE clear before any hint reader's later increment (see tree_remove_locked). */
@@ -396,7 +393,7 @@ static void settle_locked(struct mrc_cache *c)
         struct inval_batch b = { c, 0, 0, 0 };
         uint64_t k = mrc_itree_walk_parked(&c->tree, c->parked[i].run, inval_one_locked, &b);
         inval_count_locked(c, &b, k);
-        inval_stats(k, c->parked[i].cause);   /* never in a hook: a first stat may map */
+        inval_stats(k, c->parked[i].cause);   /* never in a hook; see stats_ready */
     }
     c->parked_bytes = 0;
     __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);
@@ -427,10 +424,10 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
     struct mrc_itree_node *run = NULL;
     pthread_mutex_lock(&c->lock);
     unsigned np = c->nparked;
-    /* A long run is parked while a slot is free (the usual case: the next call settles
+    /* A long run is parked while a slot is free (the usual case: the next get settles
      * them): then this hook pays O(log n) for it, not O(run). */
-    uint64_t n = mrc_itree_remove_range_park(&c->tree, first, last, inval_one_locked, &b,
-                                             np < MRC_PARKED ? &run : NULL);
+    uint64_t n = mrc_itree_remove_range(&c->tree, first, last, inval_one_locked, &b,
+                                        np < MRC_PARKED ? &run : NULL);
     inval_count_locked(c, &b, n);
     if (run) {
         c->parked[np].run = run;
@@ -438,9 +435,12 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
         __atomic_store_n(&c->parked[np].first, first, __ATOMIC_RELEASE);
         __atomic_store_n(&c->parked[np].last, last, __ATOMIC_RELEASE);
         __atomic_store_n(&c->nparked, np + 1, __ATOMIC_SEQ_CST);
-        /* What the run pins is not known until it is walked: its range bounds it, and
-         * so does tree_bytes, which still counts every parked run. */
-        uint64_t range = last - first + 1 ? last - first + 1 : UINT64_MAX;
+        /* What the run pins is not known until it is walked: the range from its first
+         * start to its largest last bounds it (for one domain: registrations of the
+         * same pages in several count once), and so does tree_bytes, which still
+         * counts every parked run. */
+        uint64_t top = mrc_itree_parked_last(run) > last ? mrc_itree_parked_last(run) : last;
+        uint64_t range = top - first + 1 ? top - first + 1 : UINT64_MAX;
         uint64_t bound = c->parked_bytes + range < range ? UINT64_MAX : c->parked_bytes + range;
         c->parked_bytes = bound < c->tree_bytes ? bound : c->tree_bytes;
     }
@@ -470,13 +470,22 @@ void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len, enum
     mrc_cache_unmap_begin(c, addr, len, cause);
 }
 
+/* Makes sure the calling thread's statistics block exists before it takes the lock:
+ * creating one may allocate (pthread_setspecific), which the lock must never be held
+ * across; settling and deferring count statistics under it. */
+static void stats_ready(void)
+{
+    (void)mrc_stats_block();
+}
+
 /* Settles parked runs and deregisters deferred entries. Unless wait is set, parked runs
- * alone are left when the lock is busy: its holder (a miss, or the helper settling
- * them) may take a while, a hit needs no lock, and hints skip parked entries. */
+ * alone are left when the lock is busy: its holder may be settling them already, a hit
+ * needs no lock, and hints skip parked entries; a get that takes the lock settles. */
 static void drain(struct mrc_cache *c, int wait)
 {
     if (!LD(&c->ndeferred) && !LD(&c->nparked))
         return;
+    stats_ready();
     if (wait || LD(&c->ndeferred))
         pthread_mutex_lock(&c->lock);
     else if (pthread_mutex_trylock(&c->lock))
@@ -575,6 +584,7 @@ static int backend_reg(struct mrc_cache *c, void *domain, uint64_t first, uint64
 
 static void evict_all_idle(struct mrc_cache *c)
 {
+    stats_ready();
     pthread_mutex_lock(&c->lock);
     settle_locked(c);   /* parked runs' entries are deregistered now too */
     struct mrc_entry *victims = evict_locked(c, 1, take_deferred_locked(c));
@@ -655,8 +665,9 @@ static struct mrc_entry *entry_new(struct mrc_cache *c, void *domain, uint64_t f
 /* A miss's entry, taken before its registration from the thread's spares (its lines
  * are prefetched when the registration returns: see backend_reg). They go out in the
  * pool's ascending order, so buffers registered in address order get entries in address
- * order, and a walk over the tree (an unmap's cut) reads memory forwards, as the
- * hardware prefetcher follows (measured: 16k-entry unmap 35-65 -> 20-33 ns per entry). */
+ * order, and a walk over a run of them (settling a parked run) reads memory forwards, as
+ * the hardware prefetcher follows (measured when the unmap hook itself walked its runs:
+ * 35-65 -> 20-33 ns per entry for 16k entries). */
 static struct mrc_entry *entry_alloc(struct mrc_cache *c, struct mrc_thread_state *t)
 {
     if (t->spare_next == t->spare_end) {
@@ -698,8 +709,8 @@ int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len
         return -EINVAL;
     if (!__atomic_load_n(&c->active, __ATOMIC_RELAXED))
         __atomic_store_n(&c->active, 1u, __ATOMIC_SEQ_CST);
+    mrc_hist_add(MRC_HIST_REQUESTS, len, 1);   /* first: the statistics block exists */
     drain(c, 0);
-    mrc_hist_add(MRC_HIST_REQUESTS, len, 1);
     uint64_t first = addr, last = addr + len - 1;
     int64_t iova_off = (int64_t)(iova - addr);
     int remote = is_remote(c, access);
@@ -714,7 +725,7 @@ int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len
         goto hit;
 
     pthread_mutex_lock(&c->lock);
-    settle_locked(c);   /* if drain's trylock found the lock busy: parked runs stay short */
+    settle_locked(c);   /* what drain left, finding the lock busy */
     e = tree_lookup_locked(c, domain, first, last, iova_off, access);
     if (e) {
         __atomic_fetch_add(&e->ref, 1, __ATOMIC_SEQ_CST);
@@ -853,6 +864,7 @@ void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
 uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg), void *arg)
 {
     uint64_t busy = 0;
+    stats_ready();
     pthread_mutex_lock(&c->lock);
     settle_locked(c);
     struct mrc_entry *victims = take_deferred_locked(c);
@@ -886,6 +898,7 @@ void mrc_cache_forget(struct mrc_cache *c)
 
 void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_cache_gauges *g)
 {
+    stats_ready();
     pthread_mutex_lock(&c->lock);
     settle_locked(c);
     g->tree_entries = c->tree_count;

@@ -33,7 +33,8 @@ struct mrc_cache_params {
     struct mrc_cache_ops ops;
     uint64_t max_entries;        /* idle entries are evicted (LRU) past this many in the tree */
     uint64_t max_bytes;          /* ... or past this many registered bytes in the tree */
-    uint64_t max_deferred_bytes; /* past this many deferred bytes, deferred_full is called */
+    uint64_t max_deferred_bytes; /* past this many deferred bytes (and parked runs' ranges),
+                                  * deferred_full is called */
     uint64_t page_size;
     uint32_t remote_mask;        /* access bits that grant a peer anything: matched exactly */
     uint32_t local_super_mask;   /* bits a local-only request may be given more of */
@@ -144,10 +145,12 @@ void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len,
  * pinned the old pages in between (a registration racing with the unmap must never
  * stay cached). Both are safe in any hook. A long run of entries (more than 32 starting
  * in the range) is cut out of the tree whole and parked: the per-entry work (LRU, the
- * tree's reference, deferral) is left to mrc_cache_drain, which the next get runs (as
- * it deregisters deferred entries), or the helper past max_deferred_bytes. Until then
- * no lookup returns a parked entry; tree_count counts it, and the statistics count it
- * as invalidated once it is settled. */
+ * tree's reference, deferral) is left for later: a get settles parked runs (unless its
+ * drain finds the lock busy and it never needs the lock itself), and so do
+ * mrc_cache_drain (the helper's, past max_deferred_bytes), flush, eviction and the
+ * gauges. With every slot taken, the hook walks the run itself. Until settled no lookup
+ * returns a parked entry; tree_count counts it, and the statistics count it as
+ * invalidated once it is settled. */
 uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
                                enum mrc_inval_cause cause);
 void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, uint64_t len,

@@ -3,8 +3,9 @@
  * Blelloch et al., "Just Join for Parallel Ordered Sets", 2016). Invariants between
  * calls: in-order is non-decreasing by start; the root is black; no red node has a red
  * child; every root-to-leaf path has the same number of black nodes; n->subtree_last
- * == max(n->last, children's subtree_last). Rotations, splices and joins repair
- * subtree_last locally as they go. No recursion, no allocation. */
+ * == max(n->last, children's subtree_last); count is the nodes reachable plus those of
+ * runs parked and not yet walked (each parked run is such a tree of its own). Rotations,
+ * splices and joins repair subtree_last locally as they go. No recursion, no allocation. */
 #include "core/itree.h"
 
 #include <inttypes.h>
@@ -570,9 +571,9 @@ size_t mrc_itree_walk_parked(struct mrc_itree *t, struct mrc_itree_node *run,
     return walked;
 }
 
-size_t mrc_itree_remove_range_park(struct mrc_itree *t, uint64_t start, uint64_t last,
-                                   void (*fn)(struct mrc_itree_node *n, void *arg), void *arg,
-                                   struct mrc_itree_node **parked)
+size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
+                              void (*fn)(struct mrc_itree_node *n, void *arg), void *arg,
+                              struct mrc_itree_node **parked)
 {
     node_t *n = mrc_itree_iter_first(t, start, last), *next;
     node_t *run[SHORT_RUN];
@@ -610,10 +611,9 @@ size_t mrc_itree_remove_range_park(struct mrc_itree *t, uint64_t start, uint64_t
     return removed + k;
 }
 
-size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
-                              void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
+uint64_t mrc_itree_parked_last(const struct mrc_itree_node *run)
 {
-    return mrc_itree_remove_range_park(t, start, last, fn, arg, NULL);
+    return run->subtree_last;
 }
 
 /* ---- invariant checker ---- */

@@ -27,7 +27,7 @@ _Static_assert(sizeof(struct mrc_itree_node) == 48, "itree node grew: it is per 
 struct mrc_itree {
     struct mrc_itree_node *root;
     size_t count;               /* nodes in the tree, and in runs parked and not yet walked */
-    unsigned parked;            /* runs parked by mrc_itree_remove_range_park, not yet walked */
+    unsigned parked;            /* runs parked by mrc_itree_remove_range, not yet walked */
     /* Private: the last insertion's descent, for mrc_itree_prefetch_insert. The nodes
      * may since have left the tree: a prefetch never faults, and pool memory stays
      * mapped. Written and read with relaxed atomics: the prefetch reads it unlocked. */
@@ -58,21 +58,19 @@ void mrc_itree_remove(struct mrc_itree *t, struct mrc_itree_node *n);
  * range and reach into it (usually none) go one by one, O(log n) each, and so does a
  * run of up to 32 nodes starting inside it (a single unmap's usual case). A longer run
  * (an unmap over many cached buffers) is cut out whole by two red-black splits and a
- * join, then walked: O(log n + run), with no rebalancing per node. */
+ * join, O(log n), with no rebalancing per node. Then, if parked is NULL, it is walked
+ * (O(run)); otherwise it is parked: its root goes to *parked (NULL when nothing was),
+ * for the caller to hand to mrc_itree_walk_parked later, and the return value counts
+ * only the nodes given to fn. A parked run's nodes are out of the tree (no query finds
+ * them) but still in count. */
 size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
-                              void (*fn)(struct mrc_itree_node *n, void *arg), void *arg);
+                              void (*fn)(struct mrc_itree_node *n, void *arg), void *arg,
+                              struct mrc_itree_node **parked);
 
-/* mrc_itree_remove_range, except that a long run (the one case that costs O(run)) is
- * not walked: it is cut out whole and its root stored in *parked, for the caller to
- * hand to mrc_itree_walk_parked later (an unmap hook then pays O(log n) and leaves the
- * per-node work to a helper). Nodes that go one by one are given to fn as before, and
- * the return value counts only them. *parked is NULL when nothing was parked. A parked
- * run's nodes are out of the tree (no query finds them) but still in count. */
-size_t mrc_itree_remove_range_park(struct mrc_itree *t, uint64_t start, uint64_t last,
-                                   void (*fn)(struct mrc_itree_node *n, void *arg), void *arg,
-                                   struct mrc_itree_node **parked);
+/* The largest 'last' of a parked run's nodes (some may reach past the removed range). */
+uint64_t mrc_itree_parked_last(const struct mrc_itree_node *run);
 
-/* Calls fn on every node of a run parked by mrc_itree_remove_range_park on t, in
+/* Calls fn on every node of a run parked by mrc_itree_remove_range on t, in
  * order, under the same terms as remove_range's fn (fn may free n at once); returns how
  * many, which leave count. O(run). */
 size_t mrc_itree_walk_parked(struct mrc_itree *t, struct mrc_itree_node *run,

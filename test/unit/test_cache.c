@@ -5,8 +5,9 @@
  * pool (batched gets; its reserve, refilled from another thread while gets run and
  * asked for at half), and a threaded stress in which no lookup may return an entry
  * overlapping a range whose invalidation has returned; runs parked by an unmap (never
- * served by a hint, settled when full, by flush and by eviction); an unmap while a miss
- * registers. */
+ * served by a hint, walked in the hook once every slot is taken, settled by flush,
+ * eviction and an ENOMEM retry, counted toward the deferred bound); an unmap while a
+ * miss registers. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -775,18 +776,12 @@ static void setup_hooked(uint64_t max_entries, uint64_t max_bytes)
     CHECK(mrc_cache_init(&cache, &p) == 0);
 }
 
-/* Parks the 45 slots at 0x70000000 (and then fails the registration with ENOMEM). */
+/* Parks the 45 slots at 0x70000000. */
 static int park_45(uint64_t addr, uint64_t len)
 {
     (void)addr, (void)len;
     mrc_cache_invalidate(&cache, 0x70000000, 45 * 2 * PG, MRC_INVAL_MUNMAP);
     return 0;
-}
-
-static int park_45_enomem(uint64_t addr, uint64_t len)
-{
-    park_45(addr, len);
-    return -ENOMEM;
 }
 
 /* An unmap parks while slots are free; with all taken it walks the run itself. Flush
@@ -825,12 +820,14 @@ static void test_parked_slots_full_flush_and_evict(void)
     mrc_cache_put(&cache, e);
     mrc_cache_flush(&cache, NULL, NULL);
 
-    /* Out of pinnable memory while 45 idle entries are parked: evicting everything idle
-     * for the retry deregisters them too. */
+    /* Out of pinnable memory (45 pages, all held by idle entries that an unmap parks
+     * while the miss registers): evicting everything idle for the retry must deregister
+     * the parked ones too, or the retry fails again. */
     setup_hooked(100000, 1ull << 40);
     for (uint64_t i = 0; i < 45; i++)
         mrc_cache_put(&cache, get(&dom_a, 0x70000000 + i * 2 * PG, PG, LW));
-    in_reg = park_45_enomem;
+    fb.limit_bytes = 45 * PG;
+    in_reg = park_45;
     e = get(&dom_a, 0x72000000, PG, LW);
     CHECK(in_reg == NULL && cache.nparked == 0 && cache.ndeferred == 0);
     CHECK(mrc_itree_check(&cache.tree) == 0 && cache.tree_count == 1);
@@ -1176,6 +1173,21 @@ static void *stress_invalidator(void *arg)
     return NULL;
 }
 
+/* Holds the cache lock for short spells, as a miss or a settling drain does: a get's
+ * drain then finds the lock busy, and its hint lookup meets runs still parked. */
+static void *stress_locker(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&stress_stop, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&cache.lock);
+        for (volatile int i = 0; i < 2000; i++)
+            ;
+        pthread_mutex_unlock(&cache.lock);
+        sched_yield();
+    }
+    return NULL;
+}
+
 static int stress_dereg_fn(void *ctx, void *reg)
 {
     struct stress_reg *r = reg;
@@ -1194,15 +1206,19 @@ static void stress_run(uint64_t stride, int long_runs)
         .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
     };
     CHECK(mrc_cache_init(&cache, &p) == 0);
-    pthread_t u[STRESS_THREADS], inv;
+    pthread_t u[STRESS_THREADS], inv, locker;
     stress_stop = 0;
     pthread_create(&inv, NULL, stress_invalidator, (void *)7);
+    if (long_runs)
+        pthread_create(&locker, NULL, stress_locker, NULL);
     for (uintptr_t i = 0; i < STRESS_THREADS; i++)
         pthread_create(&u[i], NULL, stress_user, (void *)(i + 1));
     for (int i = 0; i < STRESS_THREADS; i++)
         pthread_join(u[i], NULL);
     __atomic_store_n(&stress_stop, 1, __ATOMIC_SEQ_CST);
     pthread_join(inv, NULL);
+    if (long_runs)
+        pthread_join(locker, NULL);
     CHECKF(stress_violations == 0, "%llu stale entries returned", (unsigned long long)stress_violations);
     mrc_cache_flush(&cache, NULL, NULL);
     CHECKF(fb.live == 0, "%llu registrations left after flush", (unsigned long long)fb.live);

@@ -330,6 +330,7 @@ struct range_check {
     uint64_t start, last;
     int have_prev;                 /* the previous node's key, copied: its tnode may be */
     uint64_t prev_start, prev_seq; /* reused by an insertion before the next callback */
+    uint64_t max_last;             /* the largest last seen */
     int got, bad;
 };
 
@@ -345,6 +346,8 @@ static void range_removed(struct mrc_itree_node *n, void *arg)
         return;
     }
     rc->have_prev = 1;
+    if (n->last > rc->max_last)
+        rc->max_last = n->last;
     rc->prev_start = n->start;
     rc->prev_seq = tn->seq;
     model_forget(tn);
@@ -354,7 +357,7 @@ static void range_removed(struct mrc_itree_node *n, void *arg)
 
 static int tree_consistent(void);
 
-/* Set: remove_range parks long runs (mrc_itree_remove_range_park), checks the tree while
+/* Set: remove_range parks long runs (mrc_itree_remove_range's parked), checks the tree while
  * one is parked, inserts into the emptied range, and only then walks the run. */
 static int park_mode;
 
@@ -367,8 +370,7 @@ static void remove_range(uint64_t start, uint64_t last)
     for (int i = 0; i < live_n; i++)
         want += overlaps(&pool[live[i]].n, start, last);
     struct range_check rc = { .start = start, .last = last };
-    size_t n = park_mode ? mrc_itree_remove_range_park(&tree, start, last, range_removed, &rc, &run)
-                         : mrc_itree_remove_range(&tree, start, last, range_removed, &rc);
+    size_t n = mrc_itree_remove_range(&tree, start, last, range_removed, &rc, park_mode ? &run : NULL);
     if (run) {
         /* Parked: still live in the model and in count, out of every query. */
         CHECK(tree.parked == 1 && mrc_itree_iter_first(&tree, start, last) == NULL);
@@ -376,7 +378,11 @@ static void remove_range(uint64_t start, uint64_t last)
         int added = 0;
         for (; added < 3 && free_n > 0; added++)
             model_insert(start, start);
+        uint64_t run_last = mrc_itree_parked_last(run);
+        rc.max_last = 0;
         n += mrc_itree_walk_parked(&tree, run, range_removed, &rc);
+        CHECKF(run_last == rc.max_last, "parked run: largest last %#jx, its root says %#jx",
+               (uintmax_t)rc.max_last, (uintmax_t)run_last);
         CHECK(tree.parked == 0);
         /* The new nodes are in the tree, never in the run. */
         for (struct mrc_itree_node *x = mrc_itree_iter_first(&tree, start, last); x;
@@ -585,7 +591,7 @@ static void test_remove_range_shares(void)
     model_reset();
     model_insert(10, 20);
     struct range_check rc = { .start = 20, .last = 10 };
-    CHECK(mrc_itree_remove_range(&tree, 20, 10, range_removed, &rc) == 0);   /* reversed: none */
+    CHECK(mrc_itree_remove_range(&tree, 20, 10, range_removed, &rc, NULL) == 0);   /* reversed: none */
     CHECK(rc.got == 0 && tree.count == 1 && live_n == 1);
 }
 
@@ -815,7 +821,7 @@ static void test_remove_range_large(void)
     for (uint32_t i = 0; i < BIG_N; i++)
         want += overlaps(&nodes[i].n, s, l);
     struct big_check bc = { s, l, NULL, 0, 0 };
-    size_t got = mrc_itree_remove_range(&t, s, l, big_removed, &bc);
+    size_t got = mrc_itree_remove_range(&t, s, l, big_removed, &bc, NULL);
     CHECKF(got == want && bc.got == want && bc.bad == 0,
            "middle half: %zu returned, %zu seen of %zu, %zu bad", got, bc.got, want, bc.bad);
     CHECK(want > BIG_N / 2 && t.count == BIG_N - want);
@@ -841,7 +847,7 @@ static void test_remove_range_large(void)
     CHECK(mrc_itree_iter_first(&t, s + 8, s + 8) == NULL);
 
     struct big_check all = { 0, MAX64, NULL, 0, 0 };
-    CHECK(mrc_itree_remove_range(&t, 0, MAX64, big_removed, &all) == BIG_N - want);
+    CHECK(mrc_itree_remove_range(&t, 0, MAX64, big_removed, &all, NULL) == BIG_N - want);
     CHECK(all.bad == 0 && t.root == NULL && t.count == 0);
     free(nodes);
     free(order);
@@ -1094,7 +1100,7 @@ static void bench_remove_range(size_t n)
             size_t i = rnd_below(n - k);
 
             t0 = now_ns();
-            mrc_itree_remove_range(&t, nodes[i].start, nodes[i + k - 1].last, bench_drop, &dropped);
+            mrc_itree_remove_range(&t, nodes[i].start, nodes[i + k - 1].last, bench_drop, &dropped, NULL);
             total += now_ns() - t0;
             for (size_t j = i; j < i + k; j++)
                 mrc_itree_insert(&t, &nodes[j]);
@@ -1103,7 +1109,7 @@ static void bench_remove_range(size_t n)
                n, k, total / (double)reps, total / (double)(reps * k));
     }
     t0 = now_ns();
-    mrc_itree_remove_range(&t, nodes[n / 4].start, nodes[3 * n / 4 - 1].last, bench_drop, &dropped);
+    mrc_itree_remove_range(&t, nodes[n / 4].start, nodes[3 * n / 4 - 1].last, bench_drop, &dropped, NULL);
     total = now_ns() - t0;
     printf("itree bench %8zu nodes: remove_range of the middle half %5.1f ns/node%s\n", n,
            total / (double)(3 * n / 4 - n / 4), t.count == n - (3 * n / 4 - n / 4) ? "" : " (count!)");
