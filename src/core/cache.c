@@ -439,7 +439,8 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
          * start to its largest last bounds it (for one domain: registrations of the
          * same pages in several count once), and so does tree_bytes, which still
          * counts every parked run. */
-        uint64_t top = mrc_itree_parked_last(run) > last ? mrc_itree_parked_last(run) : last;
+        uint64_t run_last = mrc_itree_parked_last(run);
+        uint64_t top = run_last > last ? run_last : last;
         uint64_t range = top - first + 1 ? top - first + 1 : UINT64_MAX;
         uint64_t bound = c->parked_bytes + range < range ? UINT64_MAX : c->parked_bytes + range;
         c->parked_bytes = bound < c->tree_bytes ? bound : c->tree_bytes;

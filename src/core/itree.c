@@ -595,14 +595,11 @@ size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last
         run[k++] = n;
     if (n) {
         node_t *cut = cut_run(t, start, last);
-        if (parked) {
-            *parked = cut;
-            t->parked++;
-            return removed;
-        }
-        size_t walked = walk_run(cut, fn, arg);
-        t->count -= walked;
-        return removed + walked;
+        t->parked++;
+        if (!parked)
+            return removed + mrc_itree_walk_parked(t, cut, fn, arg);
+        *parked = cut;
+        return removed;
     }
     for (unsigned i = 0; i < k; i++) {
         mrc_itree_remove(t, run[i]);
