@@ -17,6 +17,7 @@
 #include "monitor/uffd.h"
 #include "util/callsite.h"
 #include "util/dumpsig.h"
+#include "util/hot.h"
 #include "util/leaks.h"
 #include "util/log.h"
 #include "util/stats.h"
@@ -62,7 +63,7 @@ void mrc_mr_init(void)
     mrc_verify_init(mrc_g.cfg.verify, mrc_g.cfg.max_entries);
 }
 
-static struct mrc_handle *handle_alloc(void)
+MRC_HOT static struct mrc_handle *handle_alloc(void)
 {
     struct mrc_handle *h = tls_free;
     if (h) {
@@ -74,7 +75,7 @@ static struct mrc_handle *handle_alloc(void)
     return mrc_pool_get(&mrc_g.handles);
 }
 
-static void handle_free(struct mrc_handle *h)
+MRC_HOT static void handle_free(struct mrc_handle *h)
 {
     __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_RELEASE);
     if (!tls_keyed) {
@@ -91,7 +92,7 @@ static void handle_free(struct mrc_handle *h)
 }
 
 /* Our live handle, or NULL for an MR that is not ours. */
-static struct mrc_handle *handle_of(struct ibv_mr *mr)
+MRC_HOT static struct mrc_handle *handle_of(struct ibv_mr *mr)
 {
     if (!mrc_pool_owns(&mrc_g.handles, mr))
         return NULL;
@@ -105,7 +106,7 @@ static struct ibv_mr *passthrough_reg(struct ibv_pd *pd, void *addr, size_t len,
     return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
 }
 
-struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
+MRC_HOT struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
 {
     if (mrc_real_verbs()) {
         errno = ENOSYS;
@@ -172,7 +173,7 @@ struct ibv_mr *mrc_on_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t l
     return mrc_real.reg_dmabuf_mr(pd, offset, len, iova, fd, access);
 }
 
-int mrc_on_dereg_mr(struct ibv_mr *mr)
+MRC_HOT int mrc_on_dereg_mr(struct ibv_mr *mr)
 {
     if (!mr)
         return EINVAL;

@@ -8,9 +8,10 @@
 #include "backend/verbs_ops.h"
 #include "interpose/real.h"
 #include "monitor/uffd.h"
+#include "util/hot.h"
 
-static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
-                     uint32_t access, void **reg)
+MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
+                             uint32_t access, void **reg)
 {
     (void)ctx;
     /* Before the pinning: an unmap during the NIC call is then reported, and the cache's
@@ -45,7 +46,7 @@ uint32_t mrc_verbs_local_super_mask(void)
     return IBV_ACCESS_LOCAL_WRITE;
 }
 
-int mrc_verbs_cacheable(unsigned int access)
+MRC_HOT int mrc_verbs_cacheable(unsigned int access)
 {
     /* ODP pins nothing (faults pages in), zero-based changes the address space. */
     return !(access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED));

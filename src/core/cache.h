@@ -67,6 +67,7 @@ struct mrc_entry {
 
 #define MRC_INVAL_RING 64
 #define MRC_PARKED 4   /* long runs an unmap may leave for mrc_cache_drain at once */
+#define MRC_YOUNG 16   /* new entries held back from the tree, to be inserted together */
 
 /* mrc_cache.misses: the low bits count misses registering right now, the high bits the
  * misses that have read inval_seq. One word, so a miss announces itself with one atomic
@@ -89,7 +90,7 @@ struct mrc_cache {
     uint64_t ndeferred MRC_LINE;
     uint64_t deferred_bytes;
     uint64_t lru_clock;           /* LRU moves so far: tells a put whether a move is due */
-    uint64_t tree_count;          /* entries in the tree or parked (written under the lock) */
+    uint64_t tree_count;          /* entries in the tree, young or parked (under the lock) */
     uint32_t nparked;             /* runs in parked[] (written under the lock) */
     /* Long runs an unmap took out of the tree and left for mrc_cache_drain: their entries
      * still look IN_TREE, so a hint reader also rejects an entry overlapping one of these
@@ -106,6 +107,15 @@ struct mrc_cache {
     struct mrc_entry *deferred;   /* dead entries waiting for deregistration */
     uint64_t tree_bytes;
     uint64_t parked_bytes;        /* the parked runs' ranges, which bound what they pin */
+    /* The newest entries, findable (IN_TREE, counted in tree_count, on the LRU) but not
+     * yet in the tree: a miss adds its entry here and the one that finds it full inserts
+     * all of them. Each insertion walks the tree from its root, and a miss's NIC call
+     * leaves that path cold (a system call here flushes the TLB), so inserting them
+     * together pays the cold walk once per MRC_YOUNG misses. Their ranges are copied in,
+     * so that a scan reads these lines only; young_first/young_last bound them all. */
+    struct { uint64_t first, last; struct mrc_entry *e; } young[MRC_YOUNG];
+    unsigned nyoung;
+    uint64_t young_first, young_last;
     /* Written without the lock by misses and invalidations. */
     uint64_t misses MRC_LINE;     /* MRC_MISSES_*: misses begun and in flight, in one word */
     uint64_t inval_seq;           /* invalidations begun; their ranges in ring[] */
@@ -156,7 +166,8 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
 void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, uint64_t len,
                           enum mrc_inval_cause cause);
 
-/* Finishes parked runs and deregisters the deferred entries now. Not from a hook. */
+/* Finishes parked runs, puts young entries in the tree and deregisters the deferred
+ * entries now. Not from a hook. */
 void mrc_cache_drain(struct mrc_cache *c);
 
 /* Has the entry pool keep a reserve of memory touched in advance by mrc_cache_refill,

@@ -7,6 +7,7 @@
  * runs parked and not yet walked (each parked run is such a tree of its own). Rotations,
  * splices and joins repair subtree_last locally as they go. No recursion, no allocation. */
 #include "core/itree.h"
+#include "util/hot.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -60,7 +61,7 @@ static inline uint64_t subtree_last_of(const node_t *n)
 
 /* Recomputes subtree_last from n upwards, stopping below 'stop' or as soon as a value
  * is unchanged: the ancestors of an unchanged node only saw unchanged children. */
-static void propagate(node_t *n, const node_t *stop)
+MRC_HOT static void propagate(node_t *n, const node_t *stop)
 {
     while (n != stop) {
         uint64_t m = subtree_last_of(n);
@@ -87,7 +88,7 @@ static inline void replace_child(node_t **root, node_t *p, const node_t *old, no
 
 /* The rotated subtree holds the same nodes, so its new top inherits the old top's
  * subtree_last and only the old top (now a child) needs recomputing. Colours stay. */
-static void rotate_left(node_t **root, node_t *x)
+MRC_HOT static void rotate_left(node_t **root, node_t *x)
 {
     node_t *y = x->right;
     node_t *p = parent_of(x);
@@ -103,7 +104,7 @@ static void rotate_left(node_t **root, node_t *x)
     x->subtree_last = subtree_last_of(x);
 }
 
-static void rotate_right(node_t **root, node_t *x)
+MRC_HOT static void rotate_right(node_t **root, node_t *x)
 {
     node_t *y = x->left;
     node_t *p = parent_of(x);
@@ -131,7 +132,7 @@ void mrc_itree_init(struct mrc_itree *t)
  * *root (CLRS RB-INSERT-FIXUP): as a leaf, or, for join, above two black subtrees of
  * the black height of its place. Returns 1 if the root ends up recoloured from red to
  * black, i.e. the tree's black height grew by one. */
-static int insert_fixup(node_t **root, node_t *n)
+MRC_HOT static int insert_fixup(node_t **root, node_t *n)
 {
     node_t *p;
 
@@ -183,7 +184,7 @@ static int insert_fixup(node_t **root, node_t *n)
     return 1;
 }
 
-void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n)
+MRC_HOT void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n)
 {
     node_t *p = NULL;
     node_t **link = &t->root;
@@ -209,7 +210,7 @@ void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n)
     insert_fixup(&t->root, n);
 }
 
-void mrc_itree_prefetch_insert(const struct mrc_itree *t)
+MRC_HOT void mrc_itree_prefetch_insert(const struct mrc_itree *t)
 {
     unsigned n = __atomic_load_n(&t->npath, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < n && i < MRC_ITREE_PATH; i++)
@@ -330,7 +331,7 @@ void mrc_itree_remove(struct mrc_itree *t, struct mrc_itree_node *n)
 
 /* Leftmost node of n's subtree overlapping [start, last], or NULL.
  * Precondition: start <= n->subtree_last (some node reaches start). */
-static node_t *subtree_search(node_t *n, uint64_t start, uint64_t last)
+MRC_HOT static node_t *subtree_search(node_t *n, uint64_t start, uint64_t last)
 {
     for (;;) {
         if (n->left && start <= n->left->subtree_last) {
@@ -349,16 +350,16 @@ static node_t *subtree_search(node_t *n, uint64_t start, uint64_t last)
     }
 }
 
-struct mrc_itree_node *mrc_itree_iter_first(const struct mrc_itree *t,
-                                            uint64_t start, uint64_t last)
+MRC_HOT struct mrc_itree_node *mrc_itree_iter_first(const struct mrc_itree *t,
+                                                    uint64_t start, uint64_t last)
 {
     if (!t->root || start > last || t->root->subtree_last < start)
         return NULL;
     return subtree_search(t->root, start, last);
 }
 
-struct mrc_itree_node *mrc_itree_iter_next(const struct mrc_itree_node *n,
-                                           uint64_t start, uint64_t last)
+MRC_HOT struct mrc_itree_node *mrc_itree_iter_next(const struct mrc_itree_node *n,
+                                                   uint64_t start, uint64_t last)
 {
     const node_t *cur = n;
     node_t *r = n->right;
@@ -420,7 +421,7 @@ static struct piece detach(node_t *n, unsigned bh)
  * first black node (or missing child) of the shorter one's black height, takes its
  * place in red with it and the shorter piece as children, and insert's fixup repairs
  * a red parent. O(|l.bh - r.bh| + 1) plus the fixup's recolourings. */
-static struct piece join(struct piece l, node_t *k, struct piece r)
+MRC_HOT static struct piece join(struct piece l, node_t *k, struct piece r)
 {
     struct piece j;
     node_t *p = NULL;
@@ -511,6 +512,63 @@ static void split(node_t *root, uint64_t bound, struct piece *lo, struct piece *
     }
     *lo = l;
     *hi = r;
+}
+
+/* ---- bulk insertion ---- */
+
+/* Walks t's rightmost (right set) or leftmost spine, recording it for
+ * mrc_itree_prefetch_insert. Returns t's black height; *edge is the spine's last node
+ * (t's last or first in order), NULL for an empty tree. */
+MRC_HOT static unsigned spine(struct mrc_itree *t, int right, node_t **edge)
+{
+    unsigned bh = 0, depth = 0;
+
+    *edge = NULL;
+    for (node_t *n = t->root; n; n = right ? n->right : n->left) {
+        if (depth < MRC_ITREE_PATH)
+            __atomic_store_n(&t->path[depth++], n, __ATOMIC_RELAXED);
+        bh += is_black(n);
+        *edge = n;
+    }
+    __atomic_store_n(&t->npath, depth, __ATOMIC_RELAXED);
+    return bh;
+}
+
+MRC_HOT void mrc_itree_insert_many(struct mrc_itree *t, struct mrc_itree_node **nodes, unsigned n)
+{
+    struct piece whole = { t->root, 0 }, batch = { NULL, 0 }, none = { NULL, 0 };
+    node_t *edge;
+
+    /* Stable insertion sort: equal starts keep the order given. */
+    for (unsigned i = 1; i < n; i++) {
+        node_t *x = nodes[i];
+        unsigned j = i;
+
+        for (; j > 0 && nodes[j - 1]->start > x->start; j--)
+            nodes[j] = nodes[j - 1];
+        nodes[j] = x;
+    }
+    if (n == 0)
+        return;
+    /* After every node (ties too: they go after), or before every one (strictly, for
+     * the same reason): the batch becomes a piece of its own, joined on in one go. */
+    whole.bh = spine(t, 1, &edge);
+    int after = !edge || edge->start <= nodes[0]->start;
+    if (!after) {
+        whole.bh = spine(t, 0, &edge);
+        if (nodes[n - 1]->start >= edge->start) {
+            for (unsigned i = 0; i < n; i++)
+                mrc_itree_insert(t, nodes[i]);
+            return;
+        }
+    }
+    /* The pivot is the batch's first node (after) or last (before); the others are
+     * joined one by one onto a small piece, each at its right end. */
+    for (unsigned i = after; i < n - !after; i++)
+        batch = join(batch, nodes[i], none);
+    whole = after ? join(whole, nodes[0], batch) : join(batch, nodes[n - 1], whole);
+    t->root = whole.root;
+    t->count += n;
 }
 
 /* Runs up to this long are removed one by one, as a single unmap's are; longer ones

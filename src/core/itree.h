@@ -42,6 +42,12 @@ void mrc_itree_init(struct mrc_itree *t);
  * n is placed after every node with the same start. n must not already be in a tree. */
 void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n);
 
+/* Links nodes[0..n) (each start <= last), as n mrc_itree_insert calls in that order
+ * would, and sorts the array by start. When they all start after every node of t (at
+ * or after the last one) or before every one, they are joined on as one piece: one walk
+ * down a spine of t instead of n descents from its root. O(log |t| + n log n). */
+void mrc_itree_insert_many(struct mrc_itree *t, struct mrc_itree_node **nodes, unsigned n);
+
 /* Prefetches the previous insertion's descent: consecutive insertions share its upper
  * levels, and after a system call (a registration) its pages would otherwise miss the
  * TLB one after another during the next insertion instead of together, ahead of it.

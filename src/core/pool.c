@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/pool.h"
+#include "util/hot.h"
 #include "util/rawmem.h"
 
 #define ARENA_MIN (64u << 10)
@@ -129,7 +130,7 @@ int mrc_pool_refill(struct mrc_pool *p)
     }
 }
 
-size_t mrc_pool_get_many(struct mrc_pool *p, void **objs, size_t n)
+MRC_HOT size_t mrc_pool_get_many(struct mrc_pool *p, void **objs, size_t n)
 {
     size_t got = 0, reused;
     void *next = NULL;
@@ -210,7 +211,7 @@ void mrc_pool_put(struct mrc_pool *p, void *obj)
     pthread_mutex_unlock(&p->lock);
 }
 
-int mrc_pool_owns(const struct mrc_pool *p, const void *ptr)
+MRC_HOT int mrc_pool_owns(const struct mrc_pool *p, const void *ptr)
 {
     uintptr_t a = (uintptr_t)ptr;
     unsigned n = __atomic_load_n(&p->narenas, __ATOMIC_ACQUIRE);

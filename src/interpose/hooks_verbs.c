@@ -7,22 +7,23 @@
 
 #include "backend/mr.h"
 #include "interpose/export.h"
+#include "util/hot.h"
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
-MRC_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+MRC_HOT MRC_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
     return mrc_on_reg_mr(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
 }
 
-MRC_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+MRC_HOT MRC_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
 {
     return mrc_on_reg_mr(pd, addr, length, iova, (unsigned int)access);
 }
 
-MRC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
-                                           unsigned int access)
+MRC_HOT MRC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+                                                   unsigned int access)
 {
     return mrc_on_reg_mr(pd, addr, length, iova, access);
 }
@@ -33,7 +34,7 @@ MRC_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, 
     return mrc_on_reg_dmabuf_mr(pd, offset, length, iova, fd, access);
 }
 
-MRC_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+MRC_HOT MRC_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
     return mrc_on_dereg_mr(mr);
 }

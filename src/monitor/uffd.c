@@ -221,7 +221,9 @@ static void unwatched(int err)
  * registrations share pages), so unwatching one entry's pages could unwatch another's;
  * and UFFDIO_UNREGISTER takes the address space's write lock and splits VMAs. A watched
  * range no longer registered costs one event per unmap, nothing more. */
-void mrc_uffd_watch(uint64_t addr, uint64_t len)
+int mrc_uffd_watching;
+
+void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
 {
     if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != ON || !len)
         return;
@@ -350,8 +352,10 @@ int mrc_uffd_start(void)
     if (s != UNSTARTED)
         return s == ON;
     pthread_mutex_lock(&start_lock);
-    if (state == UNSTARTED)
+    if (state == UNSTARTED) {
         __atomic_store_n(&state, start_locked() ? ON : OFF, __ATOMIC_RELEASE);
+        __atomic_store_n(&mrc_uffd_watching, state == ON, __ATOMIC_RELEASE);
+    }
     s = state;
     pthread_mutex_unlock(&start_lock);
     return s == ON;
@@ -368,4 +372,5 @@ void mrc_uffd_child_reset(void)
     pthread_mutex_init(&start_lock, NULL);
     if (state == ON)
         state = UNSTARTED;
+    mrc_uffd_watching = 0;
 }

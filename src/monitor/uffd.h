@@ -38,7 +38,15 @@ int mrc_uffd_start(void);
  * registration: a range that cannot be watched (file-backed memory, another
  * userfaultfd, the VMA budget) is counted (uffd_unwatched) and left to the other
  * sources. Keeps errno. */
-void mrc_uffd_watch(uint64_t addr, uint64_t len);
+void mrc_uffd_watch_slow(uint64_t addr, uint64_t len);
+/* Set while the source is on: the one load a registration pays when it is not. Inline,
+ * since an out-of-line call would put one more code page on every miss's path. */
+extern int mrc_uffd_watching;
+static inline void mrc_uffd_watch(uint64_t addr, uint64_t len)
+{
+    if (__builtin_expect(__atomic_load_n(&mrc_uffd_watching, __ATOMIC_ACQUIRE), 0))
+        mrc_uffd_watch_slow(addr, len);
+}
 
 /* Whether the source is on, or configured and not yet started (it starts at the first
  * registration). */

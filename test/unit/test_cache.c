@@ -48,6 +48,12 @@ static void setup_with(uint64_t max_entries, uint64_t max_bytes, enum mrc_remote
     CHECK(mrc_cache_init(&cache, &p) == 0);
 }
 
+/* Entries a lookup can find: in the tree or young (not parked). */
+static size_t indexed(void)
+{
+    return cache.tree.count + cache.nyoung;
+}
+
 static void setup(void)
 {
     setup_with(1000, 1ull << 40, MRC_REMOTE_EXACT);
@@ -190,7 +196,62 @@ static void test_merge_adjacent_and_overlapping(void)
     CHECK(c2 == b && fb.regs == 2);
     mrc_cache_put(&cache, b);
     mrc_cache_put(&cache, c2);
-    CHECK(cache.tree.count == 1);
+    CHECK(indexed() == 1);
+}
+
+/* The newest MRC_YOUNG entries wait outside the tree: a lookup no hint serves still
+ * finds them, an unmap still takes them (and its hints stop serving them), and the miss
+ * that finds the set full files it into the tree: after the tree's last entry
+ * (ascending addresses), then before its first (descending). */
+static void test_young_entries(void)
+{
+    setup();
+    const uint64_t base = 0x60000000, slot = 3 * PG;   /* two pages each, a page apart */
+    struct mrc_entry *e[MRC_YOUNG];
+    for (int i = 0; i < MRC_YOUNG; i++) {
+        e[i] = get(&dom_a, base + i * slot, 2 * PG, LW);
+        mrc_cache_put(&cache, e[i]);
+    }
+    CHECK(cache.nyoung == MRC_YOUNG && cache.tree.count == 0 && cache.tree_count == MRC_YOUNG);
+    for (int i = 0; i < MRC_YOUNG; i++) {   /* second pages: no hint yet */
+        struct mrc_entry *h = get(&dom_a, base + i * slot + PG, PG, LW);
+        CHECKF(h == e[i], "young entry %d not found", i);
+        mrc_cache_put(&cache, h);
+    }
+    CHECK(fb.regs == MRC_YOUNG);
+    /* Entry 3's second page and entry 4's first. */
+    mrc_cache_invalidate(&cache, base + 3 * slot + PG, 3 * PG, MRC_INVAL_MUNMAP);
+    CHECKF(cache.nyoung == MRC_YOUNG - 2 && cache.tree_count == MRC_YOUNG - 2 && cache.ndeferred == 2, "%u %ju %ju", cache.nyoung, (uintmax_t)cache.tree_count, (uintmax_t)cache.ndeferred);
+    CHECK(!(e[3]->flags & MRC_E_IN_TREE) && !(e[4]->flags & MRC_E_IN_TREE));
+    struct mrc_entry *m = get(&dom_a, base + 3 * slot + PG, PG, LW);   /* its hint must not serve */
+    CHECK(m != e[3] && fb.regs == MRC_YOUNG + 1 && fb.live == MRC_YOUNG - 1);
+    mrc_cache_put(&cache, m);
+    CHECK(cache.nyoung == MRC_YOUNG - 1 && cache.tree.count == 0);
+    struct mrc_entry *f = get(&dom_a, base + MRC_YOUNG * slot, PG, LW);   /* fills the set */
+    mrc_cache_put(&cache, f);
+    f = get(&dom_a, base + (MRC_YOUNG + 1) * slot, PG, LW);               /* files it */
+    mrc_cache_put(&cache, f);
+    CHECK(cache.nyoung == 1 && cache.tree.count == MRC_YOUNG && cache.tree_count == MRC_YOUNG + 1);
+    CHECK(mrc_itree_check(&cache.tree) == 0);
+    mrc_cache_drain(&cache);   /* files the last one too */
+    CHECK(cache.nyoung == 0 && cache.tree.count == MRC_YOUNG + 1);
+    for (int i = 0; i < MRC_YOUNG; i++)   /* descending, below them all */
+        mrc_cache_put(&cache, get(&dom_a, base - (uint64_t)(i + 1) * slot, PG, LW));
+    CHECK(cache.nyoung == MRC_YOUNG && cache.tree.count == MRC_YOUNG + 1);
+    mrc_cache_put(&cache, get(&dom_a, base - (MRC_YOUNG + 1) * slot, PG, LW));
+    CHECK(cache.nyoung == 1 && cache.tree.count == 2 * MRC_YOUNG + 1 && mrc_itree_check(&cache.tree) == 0);
+    uint64_t regs = fb.regs;
+    for (int i = 0; i < MRC_YOUNG; i++)
+        if (i != 3 && i != 4) {
+            struct mrc_entry *h = get(&dom_a, base + i * slot, 2 * PG, LW);
+            CHECK(h == e[i]);
+            mrc_cache_put(&cache, h);
+        }
+    for (int i = 0; i <= MRC_YOUNG; i++)
+        mrc_cache_put(&cache, get(&dom_a, base - (uint64_t)(i + 1) * slot, PG, LW));
+    CHECK(fb.regs == regs);
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECK(fb.live == 0 && cache.tree_count == 0 && cache.nyoung == 0 && cache.tree.count == 0);
 }
 
 static void test_no_merge_across_keys_or_remote(void)
@@ -203,7 +264,7 @@ static void test_no_merge_across_keys_or_remote(void)
     struct mrc_entry *r2 = get(&dom_a, 0x204000, PG, LW | RW);
     CHECK(mrc_entry_len(b) == PG && mrc_entry_len(c1) == PG);
     CHECK(mrc_entry_len(r1) == PG && mrc_entry_len(r2) == PG);
-    CHECK(fb.regs == 5 && cache.tree.count == 5);
+    CHECK(fb.regs == 5 && indexed() == 5);
     mrc_cache_put(&cache, a);
     mrc_cache_put(&cache, b);
     mrc_cache_put(&cache, c1);
@@ -225,7 +286,7 @@ static void test_limit_entries_evicts_lru(void)
     mrc_cache_put(&cache, get(&dom_a, 0x1000000, PG, LW));
     e[3] = get(&dom_a, 0x1030000, PG, LW);
     CHECK(!rb->live && ra->live && rc->live);
-    CHECK(cache.tree.count == 3);
+    CHECK(indexed() == 3);
     mrc_cache_put(&cache, e[3]);
 }
 
@@ -241,7 +302,7 @@ static void test_limit_never_evicts_in_use(void)
     mrc_cache_put(&cache, b);
     mrc_cache_put(&cache, c1);
     struct mrc_entry *d = get(&dom_a, 0x1300000, PG, LW);
-    CHECK(cache.tree.count <= 2);
+    CHECK(indexed() <= 2);
     mrc_cache_put(&cache, d);
 }
 
@@ -303,7 +364,7 @@ static void test_invalidate_idle_defers_and_never_calls_backend(void)
     mrc_cache_invalidate(&cache, 0x4000000, 0x80000, MRC_INVAL_MUNMAP);
     fb.forbidden = 0;
     CHECK(fb.forbidden_calls == 0);
-    CHECK(cache.tree.count == 0);
+    CHECK(indexed() == 0);
     CHECK(cache.ndeferred == 8 && fb.live == 8);
     mrc_cache_drain(&cache);
     CHECK(fb.live == 0 && cache.ndeferred == 0);
@@ -343,12 +404,12 @@ static void test_invalidate_outside_and_at_top_of_space(void)
     mrc_cache_put(&cache, a);
     mrc_cache_invalidate(&cache, 0x7001000, PG, MRC_INVAL_MUNMAP);    /* adjacent, not overlapping */
     mrc_cache_invalidate(&cache, 0x6fff000, PG, MRC_INVAL_MUNMAP);
-    CHECK(cache.tree.count == 1);
+    CHECK(indexed() == 1);
     struct mrc_entry *top = get(&dom_a, UINT64_MAX - PG + 1, PG, LW);
     CHECK(top && mrc_entry_start(top) == UINT64_MAX - PG + 1 && top->node.last == UINT64_MAX);
     mrc_cache_put(&cache, top);
     mrc_cache_invalidate(&cache, UINT64_MAX - 10, 100, MRC_INVAL_MUNMAP);   /* wraps: clamped */
-    CHECK(cache.tree.count == 1);
+    CHECK(indexed() == 1);
     mrc_cache_drain(&cache);
     CHECK(fb.live == 1);
 }
@@ -414,6 +475,7 @@ static void test_parked_bound_calls_for_help(void)
         full_calls = 0;
         for (uint64_t i = 0; i < 40; i++)
             mrc_cache_put(&cache, get(&dom_a, 0xd000000 + i * 2 * PG, PG, LW));
+        mrc_cache_drain(&cache);   /* all 40 in the tree, none young: one run */
         mrc_cache_invalidate(&cache, 0xd000000, 80 * PG, MRC_INVAL_MUNMAP);
         CHECK(cache.nparked == 1 && cache.parked_bytes == 40 * PG);
         CHECKF(full_calls == past, "bound %d pages: %d calls", past ? 39 : 40, full_calls);
@@ -448,11 +510,12 @@ static void test_forget_never_deregisters(void)
     (void)held;
     for (uint64_t i = 0; i < 40; i++)   /* and a parked run: forgotten too, not settled */
         mrc_cache_put(&cache, get(&dom_a, 0xb200000 + i * 2 * PG, PG, LW));
+    mrc_cache_drain(&cache);
     mrc_cache_invalidate(&cache, 0xb200000, 80 * PG, MRC_INVAL_MUNMAP);
     CHECK(cache.nparked == 1);
     mrc_cache_forget(&cache);
     CHECK(fb.deregs == 0);
-    CHECK(cache.tree.count == 0 && cache.nparked == 0 && cache.tree.parked == 0);
+    CHECK(indexed() == 0 && cache.nparked == 0 && cache.tree.parked == 0);
     struct mrc_entry *e = get(&dom_a, 0xb000000, PG, LW);   /* registers anew */
     CHECK(fb.regs == 43 && fb.deregs == 0);
     mrc_cache_put(&cache, e);
@@ -639,14 +702,14 @@ static void test_invalidate_bulk_in_use_and_idle(void)
     CHECK(mrc_itree_check(&cache.tree) == 0);
     CHECK(cache.nparked == 1 && cache.tree.parked == 1);
     CHECK(mrc_itree_iter_first(&cache.tree, 0x20000000 + 100 * 2 * PG, 0x20000000 + 500 * 2 * PG - 1) == NULL);
-    CHECKF(cache.tree.count == 602 - 2 && cache.tree_count == 602 - 2, "%zu in the tree", cache.tree.count);
+    CHECKF(indexed() == 602 - 2 && cache.tree_count == 602 - 2, "%zu in the tree", indexed());
     CHECK(cache.ndeferred == 1);                     /* the one from below */
     struct mrc_cache_gauges g;
     mrc_cache_get_gauges(&cache, &g);                /* settles the run first */
     CHECK(cache.nparked == 0 && cache.tree.parked == 0);
     CHECK(mrc_itree_check(&cache.tree) == 0);
-    CHECKF(cache.tree.count == 602 - 400 - 2, "%zu in the tree", cache.tree.count);
-    CHECK(cache.tree_count == cache.tree.count);
+    CHECKF(indexed() == 602 - 400 - 2, "%zu in the tree", indexed());
+    CHECK(cache.tree_count == indexed());
     uint64_t want_deferred = 1;                      /* the one from below */
     for (uint64_t i = 0; i < N; i++)
         if ((i == 0 || (i >= 100 && i < 500)) && !held[i])
@@ -684,12 +747,13 @@ static void test_invalidate_everything_at_once(void)
     setup_with(100000, 1ull << 40, MRC_REMOTE_EXACT);
     for (uint64_t i = 0; i < 300; i++)
         mrc_cache_put(&cache, get(&dom_a, 0x40000000 + i * 2 * PG, PG, LW));
+    mrc_cache_drain(&cache);
     mrc_cache_invalidate(&cache, 0, UINT64_MAX, MRC_INVAL_MUNMAP);
     /* Parked whole: nothing left in the tree, the per-entry work not done yet. */
     CHECK(cache.tree.root == NULL && cache.nparked == 1 && cache.tree_count == 300 && cache.ndeferred == 0);
     CHECK(mrc_itree_check(&cache.tree) == 0);
     struct mrc_entry *e = get(&dom_a, 0x40000000, PG, LW);   /* the drain settles and deregisters; a miss */
-    CHECK(fb.regs == 301 && fb.live == 1 && cache.tree.count == 1 && cache.tree_count == 1);
+    CHECK(fb.regs == 301 && fb.live == 1 && indexed() == 1 && cache.tree_count == 1);
     CHECK(cache.nparked == 0 && cache.ndeferred == 0 && cache.tree_bytes == PG);
     CHECK(cache.lru.lru_next == e && e->lru_next == &cache.lru);
     mrc_cache_put(&cache, e);
@@ -712,6 +776,7 @@ static void *park_user(void *arg)
         park_old[i] = get(&dom_a, 0x50000000 + i * 2 * PG, PG, LW);
         mrc_cache_put(&cache, park_old[i]);
     }
+    mrc_cache_drain(&cache);   /* none young: both halves are runs of the tree */
     /* A hit makes entry 0 the newest hint of its set. */
     uint64_t regs = fb.regs;
     struct mrc_entry *e = get(&dom_a, 0x50000000, PG, LW);
@@ -801,7 +866,7 @@ static void test_parked_slots_full_flush_and_evict(void)
     CHECK(cache.nparked == MRC_PARKED && cache.ndeferred == per);   /* the last one walked */
     CHECK(cache.tree.root == NULL && mrc_itree_check(&cache.tree) == 0);
     mrc_cache_flush(&cache, NULL, NULL);
-    CHECK(cache.nparked == 0 && cache.tree.count == 0 && cache.tree_count == 0);
+    CHECK(cache.nparked == 0 && indexed() == 0 && cache.tree_count == 0);
     CHECK(fb.live == 0 && fb.deregs == runs * per);
 
     /* Eviction after a registration: 45 idle one-page entries and A, at the byte limit.
@@ -816,7 +881,7 @@ static void test_parked_slots_full_flush_and_evict(void)
     struct mrc_entry *e = get(&dom_a, 0x71001000, PG, LW);
     CHECK(in_reg == NULL && cache.nparked == 0 && mrc_itree_check(&cache.tree) == 0);
     CHECK(mrc_entry_start(e) == 0x71000000 && mrc_entry_len(e) == 2 * PG);
-    CHECK(cache.tree_count == 1 && cache.tree.count == 1 && fb.deregs == 46 && fb.live == 1);
+    CHECK(cache.tree_count == 1 && indexed() == 1 && fb.deregs == 46 && fb.live == 1);
     mrc_cache_put(&cache, e);
     mrc_cache_flush(&cache, NULL, NULL);
 
@@ -869,6 +934,7 @@ static void test_unmapped_while_registering_is_private(void)
 
     for (uint64_t i = 0; i < 40; i++)
         mrc_cache_put(&cache, get(&dom_a, 0x80300000 + i * 2 * PG, PG, LW));
+    mrc_cache_drain(&cache);
     in_reg = unmap_41_slots;
     e = get(&dom_a, 0x80300000 + 40 * 2 * PG, PG, LW);   /* just after the 40 */
     CHECK(cache.nparked == 1 && e->flags == MRC_E_PRIVATE);
@@ -1248,6 +1314,7 @@ int main(void)
     RUN(test_domain_and_iova_offset_in_key);
     RUN(test_merge_adjacent_and_overlapping);
     RUN(test_no_merge_across_keys_or_remote);
+    RUN(test_young_entries);
     RUN(test_limit_entries_evicts_lru);
     RUN(test_limit_never_evicts_in_use);
     RUN(test_limit_bytes);

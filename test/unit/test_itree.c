@@ -96,6 +96,27 @@ static void model_insert(uint64_t start, uint64_t last)
     mrc_itree_insert(&tree, &tn->n);
 }
 
+/* Inserts the k ranges gen made, in one mrc_itree_insert_many call: the array's order
+ * is their insertion order (seq), as if inserted one by one. */
+static void model_insert_many(int k, void (*gen)(int i, uint64_t *start, uint64_t *last))
+{
+    struct mrc_itree_node *nodes[64];
+
+    for (int j = 0; j < k; j++) {
+        int i = free_list[--free_n];
+        struct tnode *tn = &pool[i];
+
+        gen(j, &tn->n.start, &tn->n.last);
+        tn->seq = ++insert_seq;
+        tn->live_pos = live_n;
+        live[live_n++] = i;
+        nodes[j] = &tn->n;
+    }
+    mrc_itree_insert_many(&tree, nodes, (unsigned)k);
+    for (int j = 1; j < k; j++)
+        CHECKF(nodes[j - 1]->start <= nodes[j]->start, "batch not sorted at %d", j);
+}
+
 static void model_forget(struct tnode *tn)
 {
     int pos = tn->live_pos;
@@ -419,6 +440,40 @@ static int tree_consistent(void)
     return ok;
 }
 
+/* A batch for mrc_itree_insert_many: past the tree's last start (ties included), before
+ * its first (strictly), or drawn like any insertion (then it interleaves, or not). */
+static unsigned batch_mask, batch_kind;
+static uint64_t batch_at;
+
+static void gen_batch(int i, uint64_t *start, uint64_t *last)
+{
+    if (i == 0) {
+        struct mrc_itree_node *edge = NULL;
+
+        batch_kind = (unsigned)rnd_below(3);
+        for (int j = 0; j < live_n; j++) {
+            struct mrc_itree_node *n = &pool[live[j]].n;
+
+            if (!edge || (batch_kind == 0 ? n->start > edge->start : n->start < edge->start))
+                edge = n;
+        }
+        batch_at = !edge ? rnd() : edge->start;
+        if (batch_kind == 1 && batch_at < 64)
+            batch_kind = 2;
+    }
+    if (batch_kind == 0) {              /* ascending or equal from the last start */
+        *start = batch_at + (rnd_below(3) ? rnd_below(1000) : 0);
+        if (*start < batch_at)
+            *start = batch_at;
+    } else if (batch_kind == 1) {       /* below the first start */
+        *start = rnd_below(batch_at);
+    } else {
+        gen_range(batch_mask, start, last);
+        return;
+    }
+    *last = *start + rnd_below(MAX64 - *start < 5000 ? MAX64 - *start + 1 : 5000);
+}
+
 /* The main test: ITREE_TEST_OPS random operations in phases; each phase draws a size
  * target and a subset of shapes, so the tree repeatedly grows, shrinks and empties
  * with one kind of adversarial content at a time and with mixtures. */
@@ -453,6 +508,11 @@ static void test_random_vs_model(void)
                 remove_range(s, l);
                 if (!tree_consistent())
                     return;
+            } else if (r < 45) {
+                if (free_n < 64)
+                    continue;
+                batch_mask = mask;
+                model_insert_many(1 + (int)rnd_below(20), gen_batch);
             } else if (live_n < target ? r < 80 : r < 55) {
                 if (free_n == 0)
                     continue;
@@ -523,6 +583,68 @@ static void test_sequential_and_equal(void)
         }
         CHECK(tree.root == NULL && tree.count == 0);
     }
+}
+
+/* Batches of mrc_itree_insert_many as the cache files its young entries: appended to a
+ * growing tree (ties with the last start included), prepended (descending addresses),
+ * interleaved, and a first-start tie (which cannot go before, so goes node by node). */
+static uint64_t seq_next;
+
+static void gen_up(int i, uint64_t *start, uint64_t *last)
+{
+    *start = seq_next + (i % 3 == 2 ? 0 : 2);   /* every third repeats its predecessor's start */
+    seq_next = *start;
+    *last = *start + (uint64_t)i % 7;
+}
+
+static void gen_down(int i, uint64_t *start, uint64_t *last)
+{
+    seq_next -= 3;
+    *start = seq_next;
+    *last = *start + (uint64_t)i % 4;
+}
+
+static void gen_spread(int i, uint64_t *start, uint64_t *last)
+{
+    *start = 1000000 + (uint64_t)i * 997 % 64 * 7919;
+    *last = *start + 100;
+}
+
+static void gen_first_tie(int i, uint64_t *start, uint64_t *last)
+{
+    *start = i ? 5 : tnode_of(mrc_itree_iter_first(&tree, 0, MAX64))->n.start;
+    *last = *start + 1;
+}
+
+static void test_insert_many(void)
+{
+    model_reset();
+    seq_next = 1u << 30;
+    for (int b = 0; b < 100 && check_failures == 0; b++) {
+        model_insert_many(1 + b % 16, gen_up);
+        if (!tree_consistent())
+            return;
+        compare_query(0, MAX64);
+    }
+    seq_next = 1u << 29;
+    for (int b = 0; b < 100 && check_failures == 0; b++) {
+        model_insert_many(1 + b % 17, gen_down);
+        if (!tree_consistent())
+            return;
+        compare_query(0, MAX64);
+    }
+    model_insert_many(16, gen_spread);
+    model_insert_many(16, gen_spread);      /* the same ranges again: every start a tie */
+    model_insert_many(3, gen_first_tie);
+    CHECK(tree_consistent());
+    compare_query(0, MAX64);
+    compare_query(1000000, 1000000 + 7919);
+    for (int i = 0; i < 2000 && check_failures == 0; i++) {
+        uint64_t s = rnd_below(1u << 31), l = s + rnd_below(1u << 20);
+        compare_query(s, l);
+    }
+    model_insert_many(0, gen_up);
+    CHECK(tree_consistent());
 }
 
 /* Exact expected answers at the top of the address space, where an exclusive end
@@ -1131,6 +1253,7 @@ int main(int argc, char **argv)
     RUN(test_top_of_address_space);
     RUN(test_checker_detects_corruption);
     RUN(test_sequential_and_equal);
+    RUN(test_insert_many);
     RUN(test_remove_range_shares);
     RUN(test_remove_range_cuts);
     RUN(test_remove_range_large);
