@@ -7,8 +7,8 @@
  * (deregisters it, or defers that inside a hook). A parked run keeps its entries'
  * IN_TREE and tree reference until a get, drain, flush or gauge read settles it. The
  * newest entries are young (cache.h): findable like the tree's, held outside it until
- * MRC_YOUNG of them are filed together; every lookup, merge, unmap and removal looks at
- * both. */
+ * the miss that finds MRC_YOUNG of them (or mrc_cache_drain) files them together;
+ * every lookup, merge, unmap and removal looks at both. */
 #include <errno.h>
 #include <string.h>
 
@@ -338,7 +338,7 @@ MRC_HOT static void dereg_list(struct mrc_cache *c, struct mrc_entry *list)
 
 /* Takes e out of the tree (or the young set) and the LRU (under the lock). The caller
  * then drops or owns the tree's reference. */
-MRC_HOT static void tree_remove_locked(struct mrc_cache *c, struct mrc_entry *e)
+MRC_HOT static void entry_remove_locked(struct mrc_cache *c, struct mrc_entry *e)
 {
     unsigned i = 0, n = LD(&c->nyoung);
     while (i < n && c->young[i].e != e)
@@ -407,9 +407,9 @@ struct inval_batch {
 
 /* An entry the tree has just let go of (mrc_itree_remove_range's and walk_parked's
  * callback): what
- * tree_remove_locked and drop_tree_ref_locked do, with the counters batched. One
+ * entry_remove_locked and drop_tree_ref_locked do, with the counters batched. One
  * atomic read-modify-write per entry: the reference drop, which also orders the
- * IN_TREE clear before any hint reader's later increment (see tree_remove_locked). */
+ * IN_TREE clear before any hint reader's later increment (see entry_remove_locked). */
 static void inval_one_locked(struct mrc_itree_node *node, void *arg)
 {
     struct inval_batch *b = arg;
@@ -431,7 +431,7 @@ static void inval_count_locked(struct mrc_cache *c, const struct inval_batch *b,
 {
     if (!n)
         return;
-    __atomic_store_n(&c->tree_count, c->tree_count - n, __ATOMIC_RELEASE);   /* see tree_remove_locked */
+    __atomic_store_n(&c->tree_count, c->tree_count - n, __ATOMIC_RELEASE);   /* see entry_remove_locked */
     c->tree_bytes -= b->bytes;
     ST(&c->ndeferred, c->ndeferred + b->ndeferred);
     ST(&c->deferred_bytes, c->deferred_bytes + b->deferred_bytes);
@@ -591,7 +591,7 @@ static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_e
         struct mrc_entry *next = e->lru_next;
         uint32_t idle = 1;
         if (__atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-            tree_remove_locked(c, e);
+            entry_remove_locked(c, e);
             e->lru_next = victims;
             victims = e;
             mrc_stat_add(MRC_STAT_EVICTIONS, 1);
@@ -633,8 +633,8 @@ MRC_HOT static int raced_locked(struct mrc_cache *c, uint64_t seq0, uint64_t fir
  * caller's lines the insertion will touch next: the back-end's system call leaves our
  * lines and TLB entries cold, so those, the cache's own (lock, counters, gauges, young
  * set) and, when the young set is full, the tree's path are asked for as soon as the
- * call returns, to arrive together instead of one after another (measured: without the
- * path's prefetch an insertion into the tree costs a miss ~1.4x as much here). */
+ * call returns, to arrive together instead of one after another (measured when every
+ * miss inserted into the tree: without the path's prefetch a miss cost ~1.4x as much). */
 MRC_HOT static int backend_reg(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
                                int64_t iova_off, uint32_t access, void **reg, const void *const *warm)
 {
@@ -732,7 +732,7 @@ MRC_HOT static int supersede_locked(struct mrc_cache *c, struct mrc_entry *e, vo
     if (e->domain != domain || e->iova_off != iova_off || e->access != access ||
         e->node.start < rf || e->node.last > rl)
         return 0;
-    tree_remove_locked(c, e);
+    entry_remove_locked(c, e);
     drop_tree_ref_locked(c, e);
     mrc_stat_add(MRC_STAT_MERGES, 1);
     return 1;
@@ -977,7 +977,7 @@ uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entr
         if (!match || match(e, arg)) {
             uint32_t idle = 1;
             if (__atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-                tree_remove_locked(c, e);
+                entry_remove_locked(c, e);
                 e->lru_next = victims;
                 victims = e;
             } else {

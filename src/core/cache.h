@@ -145,7 +145,8 @@ int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len
 /* Releases one reference. An entry no longer in the tree is deregistered at its last. */
 void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e);
 
-/* Removes every entry overlapping [addr, addr+len) from the tree. Safe in any hook:
+/* Removes every entry overlapping [addr, addr+len) from the cache (the tree and the
+ * young set). Safe in any hook:
  * never calls the back-end or malloc; defers deregistration. */
 void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len,
                           enum mrc_inval_cause cause);
@@ -153,8 +154,8 @@ void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len,
 /* The same, for a hook about to unmap the range: returns a ticket to pass, once the
  * memory is gone, to mrc_cache_unmap_done, which invalidates again if a miss may have
  * pinned the old pages in between (a registration racing with the unmap must never
- * stay cached). Both are safe in any hook. A long run of entries (more than 32 starting
- * in the range) is cut out of the tree whole and parked: the per-entry work (LRU, the
+ * stay cached). Both are safe in any hook. A long run of the tree's entries (more than
+ * 32 starting in the range; young ones are always taken in the hook) is cut out of the tree whole and parked: the per-entry work (LRU, the
  * tree's reference, deferral) is left for later: a get settles parked runs (unless its
  * drain finds the lock busy and it never needs the lock itself), and so do
  * mrc_cache_drain (the helper's, past max_deferred_bytes), flush, eviction and the

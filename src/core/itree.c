@@ -551,16 +551,17 @@ MRC_HOT void mrc_itree_insert_many(struct mrc_itree *t, struct mrc_itree_node **
     if (n == 0)
         return;
     /* After every node (ties too: they go after), or before every one (strictly, for
-     * the same reason): the batch becomes a piece of its own, joined on in one go. */
-    whole.bh = spine(t, 1, &edge);
-    int after = !edge || edge->start <= nodes[0]->start;
-    if (!after) {
-        whole.bh = spine(t, 0, &edge);
-        if (nodes[n - 1]->start >= edge->start) {
-            for (unsigned i = 0; i < n; i++)
-                mrc_itree_insert(t, nodes[i]);
-            return;
-        }
+     * the same reason): the batch becomes a piece of its own, joined on in one go. The
+     * root tells which end can be the one, so that at most one spine is walked. */
+    int after = !t->root || nodes[0]->start >= t->root->start, joinable = 0;
+    if (after || nodes[n - 1]->start < t->root->start) {
+        whole.bh = spine(t, after, &edge);
+        joinable = !edge || (after ? edge->start <= nodes[0]->start : nodes[n - 1]->start < edge->start);
+    }
+    if (!joinable) {
+        for (unsigned i = 0; i < n; i++)
+            mrc_itree_insert(t, nodes[i]);
+        return;
     }
     /* The pivot is the batch's first node (after) or last (before); the others are
      * joined one by one onto a small piece, each at its right end. */

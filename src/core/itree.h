@@ -43,9 +43,11 @@ void mrc_itree_init(struct mrc_itree *t);
 void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n);
 
 /* Links nodes[0..n) (each start <= last), as n mrc_itree_insert calls in that order
- * would, and sorts the array by start. When they all start after every node of t (at
- * or after the last one) or before every one, they are joined on as one piece: one walk
- * down a spine of t instead of n descents from its root. O(log |t| + n log n). */
+ * would, and sorts the array by start (an insertion sort: meant for small batches).
+ * When they all start after every node of t (at or after the last one) or before every
+ * one, they are joined on as one piece: one walk down a spine of t and one join,
+ * O(log |t| + n log n) after the sort, instead of n descents from its root; otherwise
+ * they go one by one, O(n log |t|). */
 void mrc_itree_insert_many(struct mrc_itree *t, struct mrc_itree_node **nodes, unsigned n);
 
 /* Prefetches the previous insertion's descent: consecutive insertions share its upper

@@ -43,6 +43,7 @@ enum { OFF = -1, UNSTARTED = 0, ON = 1 };
 
 unsigned mrc_uffd_busy;
 static int state = OFF;
+int mrc_uffd_watching;   /* state == ON, for the inline check (uffd.h) */
 static int loud;                /* asked for by name: failing to start is a warning */
 static int fd = -1;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -146,6 +147,7 @@ static void *handler_main(void *arg)
              * dropped the watches with it, and no thread can wait on it. Watch no more:
              * the number may come back as another file. */
             __atomic_store_n(&state, OFF, __ATOMIC_RELEASE);
+            __atomic_store_n(&mrc_uffd_watching, 0, __ATOMIC_RELEASE);
             break;
         }
         /* Busy before the read: the unmapping thread resumes at the read, and must not
@@ -221,8 +223,6 @@ static void unwatched(int err)
  * registrations share pages), so unwatching one entry's pages could unwatch another's;
  * and UFFDIO_UNREGISTER takes the address space's write lock and splits VMAs. A watched
  * range no longer registered costs one event per unmap, nothing more. */
-int mrc_uffd_watching;
-
 void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
 {
     if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != ON || !len)

@@ -219,27 +219,43 @@ static void test_young_entries(void)
         mrc_cache_put(&cache, h);
     }
     CHECK(fb.regs == MRC_YOUNG);
-    /* Entry 3's second page and entry 4's first. */
+    /* Entry 3's second page and entry 4's first, with entry 3 in use. */
+    struct mrc_entry *held = get(&dom_a, base + 3 * slot, 2 * PG, LW);
+    CHECK(held == e[3]);
     mrc_cache_invalidate(&cache, base + 3 * slot + PG, 3 * PG, MRC_INVAL_MUNMAP);
-    CHECKF(cache.nyoung == MRC_YOUNG - 2 && cache.tree_count == MRC_YOUNG - 2 && cache.ndeferred == 2, "%u %ju %ju", cache.nyoung, (uintmax_t)cache.tree_count, (uintmax_t)cache.ndeferred);
-    CHECK(!(e[3]->flags & MRC_E_IN_TREE) && !(e[4]->flags & MRC_E_IN_TREE));
+    CHECKF(cache.nyoung == MRC_YOUNG - 2 && cache.tree_count == MRC_YOUNG - 2 && cache.ndeferred == 1,
+           "%u young, %ju counted, %ju deferred", cache.nyoung, (uintmax_t)cache.tree_count,
+           (uintmax_t)cache.ndeferred);
+    CHECK(!(e[3]->flags & MRC_E_IN_TREE) && !(e[4]->flags & MRC_E_IN_TREE) && e[3]->ref == 1);
     struct mrc_entry *m = get(&dom_a, base + 3 * slot + PG, PG, LW);   /* its hint must not serve */
-    CHECK(m != e[3] && fb.regs == MRC_YOUNG + 1 && fb.live == MRC_YOUNG - 1);
+    CHECK(m != e[3] && fb.regs == MRC_YOUNG + 1 && fb.live == MRC_YOUNG && reg_of(held)->live);
     mrc_cache_put(&cache, m);
-    CHECK(cache.nyoung == MRC_YOUNG - 1 && cache.tree.count == 0);
+    mrc_cache_put(&cache, held);
+    CHECK(fb.live == MRC_YOUNG - 1 && cache.nyoung == MRC_YOUNG - 1 && cache.tree.count == 0);
     struct mrc_entry *f = get(&dom_a, base + MRC_YOUNG * slot, PG, LW);   /* fills the set */
     mrc_cache_put(&cache, f);
     f = get(&dom_a, base + (MRC_YOUNG + 1) * slot, PG, LW);               /* files it */
     mrc_cache_put(&cache, f);
     CHECK(cache.nyoung == 1 && cache.tree.count == MRC_YOUNG && cache.tree_count == MRC_YOUNG + 1);
     CHECK(mrc_itree_check(&cache.tree) == 0);
+    for (int i = 0; i < MRC_YOUNG; i++)   /* filed: the tree itself finds them */
+        if (i != 3 && i != 4)
+            CHECKF(mrc_itree_iter_first(&cache.tree, base + i * slot + PG, base + i * slot + PG) == &e[i]->node,
+                   "entry %d not in the tree", i);
     mrc_cache_drain(&cache);   /* files the last one too */
     CHECK(cache.nyoung == 0 && cache.tree.count == MRC_YOUNG + 1);
-    for (int i = 0; i < MRC_YOUNG; i++)   /* descending, below them all */
-        mrc_cache_put(&cache, get(&dom_a, base - (uint64_t)(i + 1) * slot, PG, LW));
+    struct mrc_entry *d[MRC_YOUNG];
+    for (int i = 0; i < MRC_YOUNG; i++) {   /* descending, below them all */
+        d[i] = get(&dom_a, base - (uint64_t)(i + 1) * slot, PG, LW);
+        mrc_cache_put(&cache, d[i]);
+    }
     CHECK(cache.nyoung == MRC_YOUNG && cache.tree.count == MRC_YOUNG + 1);
     mrc_cache_put(&cache, get(&dom_a, base - (MRC_YOUNG + 1) * slot, PG, LW));
     CHECK(cache.nyoung == 1 && cache.tree.count == 2 * MRC_YOUNG + 1 && mrc_itree_check(&cache.tree) == 0);
+    for (int i = 0; i < MRC_YOUNG; i++) {
+        uint64_t a = base - (uint64_t)(i + 1) * slot;
+        CHECKF(mrc_itree_iter_first(&cache.tree, a, a) == &d[i]->node, "entry %d below not in the tree", i);
+    }
     uint64_t regs = fb.regs;
     for (int i = 0; i < MRC_YOUNG; i++)
         if (i != 3 && i != 4) {
@@ -252,6 +268,29 @@ static void test_young_entries(void)
     CHECK(fb.regs == regs);
     mrc_cache_flush(&cache, NULL, NULL);
     CHECK(fb.live == 0 && cache.tree_count == 0 && cache.nyoung == 0 && cache.tree.count == 0);
+}
+
+/* One unmap over a long run in the tree and young entries after it: the run is parked,
+ * the young ones are invalidated in the hook, and nothing of either is found again. */
+static void test_unmap_parks_run_and_takes_young(void)
+{
+    setup();
+    const uint64_t base = 0x64000000;
+    for (uint64_t i = 0; i < 40; i++)
+        mrc_cache_put(&cache, get(&dom_a, base + i * 2 * PG, PG, LW));
+    mrc_cache_drain(&cache);
+    for (uint64_t i = 40; i < 48; i++)
+        mrc_cache_put(&cache, get(&dom_a, base + i * 2 * PG, PG, LW));
+    CHECK(cache.nyoung == 8 && cache.tree.count == 40);
+    mrc_cache_invalidate(&cache, base, 96 * PG, MRC_INVAL_MUNMAP);
+    CHECKF(cache.nparked == 1 && cache.nyoung == 0 && cache.ndeferred == 8 && cache.tree_count == 40,
+           "%u parked, %u young, %ju deferred, %ju counted", cache.nparked, cache.nyoung,
+           (uintmax_t)cache.ndeferred, (uintmax_t)cache.tree_count);
+    for (uint64_t i = 0; i < 48; i += 7)
+        mrc_cache_put(&cache, get(&dom_a, base + i * 2 * PG, PG, LW));
+    CHECK(fb.regs == 48 + 7 && fb.live == 7 && cache.nparked == 0 && cache.tree_count == 7);
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECK(fb.live == 0);
 }
 
 static void test_no_merge_across_keys_or_remote(void)
@@ -1211,6 +1250,7 @@ static void *stress_user(void *arg)
 }
 
 static int stress_stop;
+static uint64_t stress_parks;   /* unmaps after which a run was parked (maybe by another) */
 
 static void *stress_invalidator(void *arg)
 {
@@ -1228,6 +1268,8 @@ static void *stress_invalidator(void *arg)
             n = STRESS_SLOTS - s;
         uint64_t addr = 0x10000000 + (uint64_t)s * stress_stride, len = (uint64_t)n * stress_stride;
         uint64_t ticket = mrc_cache_unmap_begin(&cache, addr, len, MRC_INVAL_MUNMAP);
+        if (__atomic_load_n(&cache.nparked, __ATOMIC_ACQUIRE))
+            stress_parks++;
         for (unsigned k = s; k < s + n; k++)
             __atomic_fetch_add(&slot_gen[k], 1, __ATOMIC_SEQ_CST);
         mrc_cache_unmap_done(&cache, ticket, addr, len, MRC_INVAL_MUNMAP);
@@ -1265,6 +1307,7 @@ static void stress_run(uint64_t stride, int long_runs)
     stress_stride = stride;
     stress_long_runs = long_runs;
     stress_violations = 0;
+    stress_parks = 0;
     fake_init(&fb);
     struct mrc_cache_params p = {
         .ops = { stress_reg_fn, stress_dereg_fn, &fb },
@@ -1286,6 +1329,7 @@ static void stress_run(uint64_t stride, int long_runs)
     if (long_runs)
         pthread_join(locker, NULL);
     CHECKF(stress_violations == 0, "%llu stale entries returned", (unsigned long long)stress_violations);
+    CHECKF(!long_runs || stress_parks > 0, "no run was ever parked");
     mrc_cache_flush(&cache, NULL, NULL);
     CHECKF(fb.live == 0, "%llu registrations left after flush", (unsigned long long)fb.live);
     CHECK(fb.forbidden_calls == 0);
@@ -1315,6 +1359,7 @@ int main(void)
     RUN(test_merge_adjacent_and_overlapping);
     RUN(test_no_merge_across_keys_or_remote);
     RUN(test_young_entries);
+    RUN(test_unmap_parks_run_and_takes_young);
     RUN(test_limit_entries_evicts_lru);
     RUN(test_limit_never_evicts_in_use);
     RUN(test_limit_bytes);

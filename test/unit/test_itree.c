@@ -589,10 +589,12 @@ static void test_sequential_and_equal(void)
  * growing tree (ties with the last start included), prepended (descending addresses),
  * interleaved, and a first-start tie (which cannot go before, so goes node by node). */
 static uint64_t seq_next;
+static int tie_first;   /* gen_up's first node repeats the tree's last start */
 
 static void gen_up(int i, uint64_t *start, uint64_t *last)
 {
-    *start = seq_next + (i % 3 == 2 ? 0 : 2);   /* every third repeats its predecessor's start */
+    /* Every third repeats its predecessor's start, and so may the first. */
+    *start = seq_next + (i % 3 == 2 || (i == 0 && tie_first) ? 0 : 2);
     seq_next = *start;
     *last = *start + (uint64_t)i % 7;
 }
@@ -621,6 +623,7 @@ static void test_insert_many(void)
     model_reset();
     seq_next = 1u << 30;
     for (int b = 0; b < 100 && check_failures == 0; b++) {
+        tie_first = b % 2;
         model_insert_many(1 + b % 16, gen_up);
         if (!tree_consistent())
             return;
