@@ -232,7 +232,8 @@ static void print_table(FILE *f, int md, const char *machine)
                    "cache's unmap path minus a raw munmap of the same pinned pages, per entry. Row 6 "
                    "is a miss (register + release) minus the NIC's registration alone, same process. "
                    "Row 7 subtracts the NIC's own memory per MR (first column), measured without a "
-                   "cache. Rows 5 and 6 are judged as ratios to UCX measured in the same run, over four times the processes of the other rows. A thread "
+                   "cache. Rows 5 and 6 are judged as ratios to UCX measured in the same run; rows 4 to 6 "
+                   "run four times the processes of the other rows. A thread "
                    "round counts only if both threads ran (CPU/wall >= 0.9); if most did not, row 2 "
                    "shows every round and is not judged.\n");
 }

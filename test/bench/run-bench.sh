@@ -61,11 +61,13 @@ alt hit "$REPS" "nocache mrcache ucx"
 alt threads "$REPS" "nocache mrcache ucx"
 alt msg1m "$REPS" "nocache mrcache ucx" SNIC_REG_COST_NS=16000,0.06
 alt msg16m "$REPS" "nocache mrcache ucx" SNIC_REG_COST_NS=16000,0.06
-alt tax-malloc $((REPS + 2)) "nocache mrcache"
-alt tax-munmap $((REPS + 2)) "nocache mrcache"
-# Rows 5 and 6 are differences of two timings in one process, and a process here runs
-# in a fast or a slow mode (the NIC's own cost moves by a third between them): these
-# short workloads get four times the processes, so that their medians hold still.
+# Row 4 judges an effect of 1-2% where processes of one program spread over +-7% (16
+# alternated processes each: 17.7-20.4 ns per malloc-heavy operation without a preload),
+# and rows 5 and 6 are differences of two timings in one process, and a process here
+# runs in a fast or a slow mode (the NIC's own cost moves by a third between them):
+# these short workloads get four times the processes, so that their medians hold still.
+alt tax-malloc $((REPS * 4)) "nocache mrcache"
+alt tax-munmap $((REPS * 4)) "nocache mrcache"
 alt unmap $((REPS * 4)) "nocache mrcache ucx"
 alt miss $((REPS * 4)) "mrcache ucx"
 alt memory "$REPS" "nocache mrcache ucx"
