@@ -1,6 +1,7 @@
 /* itree.c - augmented red-black interval tree (see itree.h), after Linux's lib/rbtree.c
  * and interval_tree_generic.h; long runs leave remove_range by split and join (Tarjan;
- * Blelloch et al., "Just Join for Parallel Ordered Sets", 2016). Invariants between
+ * Blelloch et al., "Just Join for Parallel Ordered Sets", 2016), and a batch past either
+ * end arrives in insert_many by join. Invariants between
  * calls: in-order is non-decreasing by start; the root is black; no red node has a red
  * child; every root-to-leaf path has the same number of black nodes; n->subtree_last
  * == max(n->last, children's subtree_last); count is the nodes reachable plus those of
