@@ -7,19 +7,16 @@
 
 #include "interpose/export.h"
 #include "interpose/real.h"
-#include "interpose/route.h"
 #include "interpose/state.h"
 #include "monitor/glibc_heap.h"
 
 MRC_EXPORT void free(void *p)
 {
-    /* While the patched entry points see the allocator's unmaps themselves (watch_malloc
-     * off), the objects loaded at start-up call the allocator's free directly (route.c)
-     * and only those loaded later come here. Passing a call on (hooks idle, or nothing
-     * ever registered) costs two loads, a branch and a tail call. glibc's dynamic trim
-     * threshold is mirrored only from the first free the hooks handle; until then the
-     * heap monitor assumes the initial (lowest) one, which can only make it invalidate
-     * more, never less. */
+    /* Every free of the process comes here: while nothing was ever registered, or while
+     * the patched entry points see the allocator's unmaps themselves (watch_malloc off),
+     * it costs two loads, a branch and a tail call. glibc's dynamic trim threshold is
+     * mirrored only from then on; until a free shows it, the heap monitor assumes the
+     * initial (lowest) one, which can only make it invalidate more, never less. */
     void (*real)(void *) = __atomic_load_n(&mrc_real.free, __ATOMIC_RELAXED);
     if (__builtin_expect(real && (!__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED) ||
                                   !__atomic_load_n(&mrc_g.watch_malloc, __ATOMIC_RELAXED)), 1)) {
@@ -28,9 +25,6 @@ MRC_EXPORT void free(void *p)
     }
     mrc_on_free(p);
 }
-
-/* This free itself, whatever the name resolves to (a sanitizer's, preloaded first). */
-extern void mrc_free_self(void *p) __attribute__((alias("free"), copy(free)));
 
 MRC_EXPORT void *realloc(void *p, size_t n)
 {

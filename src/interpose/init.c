@@ -21,7 +21,6 @@
 #include "backend/verbs_ops.h"
 #include "interpose/drainer.h"
 #include "interpose/real.h"
-#include "interpose/route.h"
 #include "interpose/state.h"
 #include "monitor/glibc_heap.h"
 #include "monitor/monitor.h"
@@ -191,11 +190,6 @@ void mrc_init(void)
     if (mrc_g.watch_malloc && (seen & malloc_paths) == malloc_paths) {
         mrc_g.watch_malloc = 0;
         MRC_INFO("allocator hooks idle: the patched entry points see glibc malloc's own unmaps");
-    }
-    /* Our free would only pass every call on: the program's calls go to the allocator. */
-    if (!mrc_g.watch_malloc) {
-        unsigned n = mrc_route_free(1);
-        MRC_DEBUG("free: %u call slots bound past libmrcache", n);
     }
     /* auto: the userfaultfd joins when the self-test could not confirm every system call
      * that unmaps anonymous memory arriving at a patched entry point (a sanitizer, an

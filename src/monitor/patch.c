@@ -28,7 +28,6 @@
 
 #include "core/cache.h"
 #include "interpose/real.h"
-#include "interpose/route.h"
 #include "interpose/state.h"
 #include "monitor/monitor.h"
 #include "monitor/patch.h"
@@ -740,8 +739,6 @@ static void give_up(int fn, uint8_t *entry)
     int resumed = 0;
     if (mrc_g.malloc_usable)   /* the allocator hooks predict free's and trimming's unmaps */
         resumed = !__atomic_exchange_n(&mrc_g.watch_malloc, 1, __ATOMIC_SEQ_CST);
-    if (resumed)
-        mrc_route_free(0);     /* the program's frees come through the hooks again */
     char m[400];
     snprintf(m, sizeof(m),
              "patch: %s was overwritten by another library after libmrcache patched it (bytes %02x %02x %02x %02x, "

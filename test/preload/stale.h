@@ -6,7 +6,6 @@
 #ifndef MRC_PRELOAD_STALE_H
 #define MRC_PRELOAD_STALE_H
 
-#include <link.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <sys/wait.h>
@@ -46,52 +45,6 @@ static inline int uffd_on(void)
 {
     int m = mrcache_monitors();
     return m > 0 && (m & MRCACHE_MONITOR_UFFD);
-}
-
-/* This program's PLT slot of free (its JUMP_SLOT relocation), or NULL. */
-static inline void **own_free_slot(void)
-{
-    extern ElfW(Dyn) _DYNAMIC[];
-    Dl_info self;
-    if (!dladdr((void *)own_free_slot, &self))
-        return NULL;
-    uintptr_t base = (uintptr_t)self.dli_fbase, rel = 0, sym = 0, str = 0, n = 0;
-    for (const ElfW(Dyn) *d = _DYNAMIC; d->d_tag != DT_NULL; d++) {
-        uintptr_t v = d->d_un.d_ptr < base ? base + d->d_un.d_ptr : d->d_un.d_ptr;
-        if (d->d_tag == DT_JMPREL)
-            rel = v;
-        else if (d->d_tag == DT_PLTRELSZ)
-            n = d->d_un.d_val / sizeof(ElfW(Rela));
-        else if (d->d_tag == DT_SYMTAB)
-            sym = v;
-        else if (d->d_tag == DT_STRTAB)
-            str = v;
-    }
-    for (uintptr_t i = 0; rel && sym && str && i < n; i++) {
-        const ElfW(Rela) *r = (const ElfW(Rela) *)rel + i;
-        const ElfW(Sym) *s = (const ElfW(Sym) *)sym + ELF64_R_SYM(r->r_info);
-        if (!strcmp((const char *)str + s->st_name, "free"))
-            return (void **)(base + r->r_offset);
-    }
-    return NULL;
-}
-
-/* Where this program's calls of free go: past libmrcache's free while its allocator
- * hooks idle (libc patched), to the first free of the process (libmrcache's, or a
- * sanitizer's preloaded before it) while they run. */
-static inline void check_free_routing(void)
-{
-    void **slot = own_free_slot();
-    void *first = dlsym(RTLD_DEFAULT, "free");
-    Dl_info to, f;
-    int m = mrcache_monitors();
-    CHECK(slot != NULL && m >= 0 && dladdr(first, &f));
-    if (!slot || m < 0 || !dladdr(*slot, &to))
-        return;
-    if ((m & MRCACHE_MONITOR_MALLOC) || !strstr(f.dli_fname, "libmrcache"))
-        CHECKF(*slot == first, "free goes to %s, not to the first free", to.dli_fname);
-    else
-        CHECKF(!strstr(to.dli_fname, "libmrcache"), "free still goes through %s", to.dli_fname);
 }
 
 /* The kernel directly, as allocators that make their own system calls do: no hook and

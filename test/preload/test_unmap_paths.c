@@ -326,7 +326,6 @@ int main(void)
     open_nic();
 #undef RUN
 #define RUN(fn) (new_pd(), check_run(#fn, fn))
-    RUN(check_free_routing);
     RUN(test_munmap);
     RUN(test_munmap_many_buffers);
     RUN(test_mmap_fixed);

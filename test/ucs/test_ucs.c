@@ -148,7 +148,6 @@ int main(void)
     }
     if (check_tests_failed)
         CHECK_EXIT();
-    RUN(check_free_routing);   /* a given-up patch sends the frees through the hooks again */
     RUN(test_libc_munmap_entry);
     RUN(test_plt_munmap_reaches_ucx);
     RUN(test_free_of_mmapped_chunk);
