@@ -406,8 +406,8 @@ struct inval_batch {
 };
 
 /* An entry the tree has just let go of (mrc_itree_remove_range's and walk_parked's
- * callback): what
- * entry_remove_locked and drop_tree_ref_locked do, with the counters batched. One
+ * callback): what entry_remove_locked and drop_tree_ref_locked do, with the counters
+ * batched. One
  * atomic read-modify-write per entry: the reference drop, which also orders the
  * IN_TREE clear before any hint reader's later increment (see entry_remove_locked). */
 static void inval_one_locked(struct mrc_itree_node *node, void *arg)
@@ -688,12 +688,18 @@ MRC_HOT static int reg_retry(struct mrc_cache *c, void *domain, uint64_t first, 
     return rc;
 }
 
+/* Whether e was registered with this key: what merging and superseding require. */
+static int same_key(const struct mrc_entry *e, const void *domain, int64_t iova_off, uint32_t access)
+{
+    return e->domain == domain && e->iova_off == iova_off && e->access == access;
+}
+
 /* Grows [*first, *last] to its union with e if e has the same key and the union stays
  * under half the byte limit. Returns whether it grew. */
 MRC_HOT static int merge_one(const struct mrc_cache *c, const struct mrc_entry *e, void *domain, int64_t iova_off,
                              uint32_t access, uint64_t *first, uint64_t *last)
 {
-    if (e->domain != domain || e->iova_off != iova_off || e->access != access)
+    if (!same_key(e, domain, iova_off, access))
         return 0;
     uint64_t f = e->node.start < *first ? e->node.start : *first;
     uint64_t l = e->node.last > *last ? e->node.last : *last;
@@ -724,18 +730,16 @@ MRC_HOT static void merge_range_locked(struct mrc_cache *c, void *domain, int64_
     }
 }
 
-/* Takes e, which the new registration [rf, rl] of the same key covers, out of the tree:
- * it stays valid for its current users until they release it. Returns whether it did. */
-MRC_HOT static int supersede_locked(struct mrc_cache *c, struct mrc_entry *e, void *domain, int64_t iova_off,
-                                    uint32_t access, uint64_t rf, uint64_t rl)
+/* Takes e out of the tree if the new registration [rf, rl] of the same key covers it: it
+ * stays valid for its current users until they release it. */
+MRC_HOT static void supersede_locked(struct mrc_cache *c, struct mrc_entry *e, void *domain, int64_t iova_off,
+                                     uint32_t access, uint64_t rf, uint64_t rl)
 {
-    if (e->domain != domain || e->iova_off != iova_off || e->access != access ||
-        e->node.start < rf || e->node.last > rl)
-        return 0;
+    if (!same_key(e, domain, iova_off, access) || e->node.start < rf || e->node.last > rl)
+        return;
     entry_remove_locked(c, e);
     drop_tree_ref_locked(c, e);
     mrc_stat_add(MRC_STAT_MERGES, 1);
-    return 1;
 }
 
 /* Fills in a fresh entry (ref still 0) for a registration just made; the caller counts
