@@ -112,7 +112,7 @@ MRC_HOT struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, 
         errno = ENOSYS;
         return NULL;
     }
-    if (!mrc_ready() || !mrc_g.cfg.enable || tls_in_reg)
+    if (!mrc_ready() || !__atomic_load_n(&mrc_g.cfg.enable, __ATOMIC_RELAXED) || tls_in_reg)
         return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
     if (!pd || !addr || !len || !mrc_verbs_cacheable(access))
         return passthrough_reg(pd, addr, len, iova, access);

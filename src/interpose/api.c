@@ -129,7 +129,7 @@ static int do_stats_read(size_t size, struct mrcache_stats *out)
     memset(&s, 0, sizeof(s));
     s.size = (uint32_t)(size < sizeof(s) ? size : sizeof(s));
     s.monitors = monitor_mask();
-    s.enabled = mrc_g.cfg.enable ? 1 : 0;
+    s.enabled = __atomic_load_n(&mrc_g.cfg.enable, __ATOMIC_RELAXED) ? 1 : 0;
     s.wall_ns = r.wall_ns;
     s.requests = v[MRC_STAT_REQUESTS];
     s.hits = v[MRC_STAT_HITS];

@@ -21,6 +21,7 @@
 #include "backend/verbs_ops.h"
 #include "interpose/drainer.h"
 #include "interpose/real.h"
+#include "interpose/route.h"
 #include "interpose/state.h"
 #include "monitor/glibc_heap.h"
 #include "monitor/monitor.h"
@@ -209,7 +210,24 @@ void mrc_init(void)
     __atomic_store_n(&mrc_g.ready, 2, __ATOMIC_RELEASE);
 }
 
+void mrc_stop_caching(const char *why)
+{
+    if (!__atomic_exchange_n(&mrc_g.cfg.enable, 0, __ATOMIC_SEQ_CST))
+        return;
+    /* Nothing cached may be handed out again; the registrations in use stay their
+     * holders', and every later one passes straight through to libibverbs. */
+    mrc_cache_invalidate(&mrc_g.cache, 0, UINT64_MAX, MRC_INVAL_CACHING_OFF);
+    MRC_ERROR("%s: caching is OFF from here on (every registration goes to the NIC)", why);
+}
+
 __attribute__((constructor)) static void mrc_constructor(void)
 {
     mrc_init();
+    /* Not in mrc_init, which a hook may run early (inside free, say): this binds lazy
+     * slots and opens objects. The allocator hooks idle for good unless a patch is lost
+     * later (patch.c's give_up puts the slots back). */
+    if (mrc_ready() && !mrc_g.watch_malloc && mrc_g.cfg.direct_free) {
+        unsigned n = mrc_route_free_direct();
+        MRC_INFO("free: %u PLT slot%s call the allocator directly", n, n == 1 ? "" : "s");
+    }
 }

@@ -46,6 +46,11 @@ void mrc_on_first_registration(void);
 /* Which unmap sources are active, as the statistics name them ("patch+preload+malloc"). */
 const char *mrc_monitor_name(void);
 
+/* For when an unmap source is lost and cannot be made good: no registration is served
+ * from the cache again (those cached are invalidated, later ones pass straight
+ * through). Says why, once, as an error. Safe in any hook. */
+void mrc_stop_caching(const char *why);
+
 /* Called by the fork hook before the real fork. */
 void mrc_before_fork(void);
 

@@ -28,10 +28,12 @@
 
 #include "core/cache.h"
 #include "interpose/real.h"
+#include "interpose/route.h"
 #include "interpose/state.h"
 #include "monitor/monitor.h"
 #include "monitor/patch.h"
 #include "util/log.h"
+#include "util/thread.h"
 
 #ifndef MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE
 #define MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE (1 << 5)
@@ -736,9 +738,12 @@ static void give_up(int fn, uint8_t *entry)
         __atomic_store_n(&orig_of[fn], entry, __ATOMIC_RELEASE);
         __atomic_store_n(targets[fn].real, via_orig_of[fn], __ATOMIC_RELEASE);
     }
-    int resumed = 0;
+    int resumed = 0, unrouted = 0;
     if (mrc_g.malloc_usable)   /* the allocator hooks predict free's and trimming's unmaps */
         resumed = !__atomic_exchange_n(&mrc_g.watch_malloc, 1, __ATOMIC_SEQ_CST);
+    /* The program's frees must reach those hooks again. */
+    if (resumed && mrc_route_free_back())
+        unrouted = 1;
     char m[400];
     snprintf(m, sizeof(m),
              "patch: %s was overwritten by another library after libmrcache patched it (bytes %02x %02x %02x %02x, "
@@ -752,6 +757,9 @@ static void give_up(int fn, uint8_t *entry)
         MRC_WARN("%s", m);        /* the first registration has passed: say it now */
     else
         note("%s", m);
+    if (unrouted)
+        mrc_stop_caching("patch: the PLT calls of free cannot be sent back through the allocator hooks "
+                         "(a read-only page could not be made writable), so free's unmaps would go unseen");
 }
 
 static void chain(int fn, uint8_t *entry, uint64_t now)
@@ -830,23 +838,6 @@ static unsigned disarm(void)
     return __atomic_load_n(&probe_seen, __ATOMIC_SEQ_CST);
 }
 
-/* A few threads already running make the brk step unsafe: another thread's malloc
- * could move the break between our two steps. */
-static int single_threaded(void)
-{
-    char buf[2048];
-    int fd = (int)SC(SYS_open, "/proc/self/status", O_RDONLY | O_CLOEXEC, 0, 0, 0, 0);
-    if (fd < 0)
-        return 0;
-    long n = SC(SYS_read, fd, buf, sizeof(buf) - 1, 0, 0, 0);
-    SC(SYS_close, fd, 0, 0, 0, 0, 0);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    const char *t = strstr(buf, "\nThreads:");
-    return t && strtol(t + 9, NULL, 10) == 1;
-}
-
 extern void *__libc_malloc(size_t);
 extern void __libc_free(void *);
 
@@ -896,7 +887,8 @@ unsigned mrc_patch_selftest(int preload)
         if (disarm() & (1u << MRC_FN_MUNMAP))
             ok |= 1u << MRC_FN_COUNT;     /* marker: the internal path arrived */
     }
-    if ((patched_mask & (1u << MRC_FN_BRK)) && l_sbrk && single_threaded()) {
+    if ((patched_mask & (1u << MRC_FN_BRK)) && l_sbrk && mrc_thread_single()) {
+        /* Another thread's malloc could move the break between our two steps. */
         char *cur = l_sbrk(0);
         if (cur != (void *)-1 && l_sbrk(pg) == cur) {
             arm(cur, (size_t)pg + 1);

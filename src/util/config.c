@@ -192,6 +192,8 @@ static const struct mrc_config_row rows[] = {
         parse_monitor, monitor),
     ROW("MRCACHE_MALLOC_HOOKS", "1", "0 stops watching glibc malloc's own unmaps (free of mmapped chunks, heap trimming)",
         parse_bool, malloc_hooks),
+    ROW("MRCACHE_DIRECT_FREE", "1", "1: while libc's patched entry points see the allocator's unmaps, the PLT calls of free in the objects loaded at start-up go straight to the allocator (no cost per free); 0: every free passes through libmrcache",
+        parse_bool, direct_free),
     ROW("MRCACHE_CALLSITES", "0", "attribute registrations, misses, bytes and leaked MRs to the top N call stacks (libunwind); 0 = off",
         parse_u64, callsites),
     ROW("MRCACHE_CALLSITES_SAMPLE", "64", "with MRCACHE_CALLSITES: every miss is captured, hits 1 in about K (random intervals; 1 = all)",

@@ -19,6 +19,7 @@ struct mrc_config {
     int stats_format;           /* enum mrc_stats_format */
     int monitor;                /* MRC_MONITOR_* bits */
     int malloc_hooks;           /* watch the allocator's own unmaps */
+    int direct_free;            /* PLT calls of free skip ours while the hooks idle */
     int help;
     uint64_t callsites;         /* top N call stacks attributed; 0 = off */
     uint64_t callsite_sample;   /* hits captured 1 in about K */

@@ -45,10 +45,11 @@ const char *const mrc_stat_names[MRC_STAT_LAST] = {
     [MRC_STAT_INVAL_BASE + MRC_INVAL_FREE] = "inval_free",
     [MRC_STAT_INVAL_BASE + MRC_INVAL_TRIM] = "inval_trim",
     [MRC_STAT_INVAL_BASE + MRC_INVAL_API] = "inval_api",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_CACHING_OFF] = "inval_caching_off",
 };
 
 const char *const mrc_inval_cause_names[MRC_INVAL_LAST] = {
-    "munmap", "mremap", "madvise", "mmap_fixed", "shm", "brk", "free", "trim", "api",
+    "munmap", "mremap", "madvise", "mmap_fixed", "shm", "brk", "free", "trim", "api", "caching_off",
 };
 
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -1,6 +1,12 @@
-/* thread.c - starts libmrcache's helper threads (see thread.h for their invariants). */
+/* thread.c - starts libmrcache's helper threads (see thread.h for their invariants), and
+ * tells whether the process runs a single thread. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "util/thread.h"
 
@@ -21,4 +27,20 @@ int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name)
     if (rc == 0)
         pthread_setname_np(t, name);
     return rc;
+}
+
+int mrc_thread_single(void)
+{
+    /* Raw system calls: this runs during start-up, and libc's wrappers may be patched. */
+    char buf[2048];
+    int fd = (int)syscall(SYS_open, "/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    long n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+    syscall(SYS_close, fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *t = strstr(buf, "\nThreads:");
+    return t && strtol(t + 9, NULL, 10) == 1;
 }

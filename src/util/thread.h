@@ -9,4 +9,8 @@
  * given name (at most 15 characters). 0 or the pthread_create error. */
 int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name);
 
+/* Whether the process runs exactly one thread (/proc/self/status); 0 when it cannot
+ * tell. Without allocating. */
+int mrc_thread_single(void);
+
 #endif

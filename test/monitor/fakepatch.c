@@ -1,9 +1,10 @@
 /* fakepatch.c - stands in for another library that patches libc (UCX's bistro hooks,
- * libfabric's memhooks): its constructor rewrites libc's madvise entry into
- * "movabs $hook,%rax; jmp *%rax" (FAKEPATCH_FORM=nop: the same after a nop, which
- * libmrcache cannot move elsewhere). Loaded before libmrcache, it must be left alone;
- * loaded after, chained (or given up with FAKEPATCH_FORM=nop). At exit this checks that
- * its hook still receives libc's madvise calls and prints "fakepatch: intact". */
+ * libfabric's memhooks): its constructor rewrites libc's madvise entry (FAKEPATCH_FN=
+ * munmap: munmap's) into "movabs $hook,%rax; jmp *%rax" (FAKEPATCH_FORM=nop: the same
+ * after a nop, which libmrcache cannot move elsewhere). Loaded before libmrcache, it
+ * must be left alone; loaded after, chained (or given up with FAKEPATCH_FORM=nop). At
+ * exit this checks that its hook still receives libc's calls and prints
+ * "fakepatch: intact". */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,13 +16,16 @@
 
 static unsigned long calls;
 static int (*libc_madvise)(void *, size_t, int);
+static int (*libc_munmap)(void *, size_t);
+static long nr = SYS_madvise;
 
+/* Both targets take (addr, len[, advice]) and return 0 or -1. */
 static int hook(void *a, size_t len, int advice)
 {
     calls++;
     long r;
     register long r10 __asm__("r10") = 0;
-    __asm__ volatile("syscall" : "=a"(r) : "0"((long)SYS_madvise), "D"(a), "S"(len), "d"((long)advice), "r"(r10)
+    __asm__ volatile("syscall" : "=a"(r) : "0"(nr), "D"(a), "S"(len), "d"((long)advice), "r"(r10)
                      : "rcx", "r11", "memory");
     return r < 0 ? -1 : 0;
 }
@@ -30,7 +34,11 @@ __attribute__((constructor)) static void fake_patch(void)
 {
     void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
     libc_madvise = (int (*)(void *, size_t, int))dlsym(libc, "madvise");
-    uint8_t *p = (uint8_t *)libc_madvise;
+    libc_munmap = (int (*)(void *, size_t))dlsym(libc, "munmap");
+    const char *fn = getenv("FAKEPATCH_FN");
+    if (fn && !strcmp(fn, "munmap"))
+        nr = SYS_munmap;
+    uint8_t *p = nr == SYS_munmap ? (uint8_t *)libc_munmap : (uint8_t *)libc_madvise;
     uint8_t code[13] = { 0x90, 0x48, 0xb8 };
     uint64_t h = (uint64_t)(uintptr_t)hook;
     memcpy(code + 3, &h, 8);
@@ -49,7 +57,11 @@ __attribute__((destructor)) static void fake_check(void)
 {
     unsigned long before = calls;
     char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    libc_madvise(m, 4096, MADV_DONTNEED);
-    munmap(m, 4096);
+    if (nr == SYS_munmap) {
+        libc_munmap(m, 4096);
+    } else {
+        libc_madvise(m, 4096, MADV_DONTNEED);
+        munmap(m, 4096);
+    }
     fprintf(stderr, "fakepatch: %s\n", calls == before + 1 ? "intact" : "OVERWRITTEN");
 }

@@ -1,0 +1,24 @@
+/* route.h - where the PLT calls of free in the objects loaded at start-up go: straight
+ * to the next allocator's free while libmrcache's would only pass them on (the
+ * allocator hooks idle), and through libmrcache's once the hooks resume. */
+#ifndef MRC_ROUTE_H
+#define MRC_ROUTE_H
+
+/* Points the bound PLT slots of free that hold libmrcache's free at the next
+ * allocator's. Only from the constructor; does nothing unless the process runs one
+ * thread. Returns how many slots now skip libmrcache. */
+unsigned mrc_route_free_direct(void);
+
+/* Puts libmrcache's free back into every slot mrc_route_free_direct changed. Safe in
+ * any hook: no allocation, no ld.so call, no lock. 0, or -errno if a slot could not be
+ * written (its calls still skip the allocator hooks: the caller must stop trusting the
+ * cache). */
+int mrc_route_free_back(void);
+
+/* How many slots skip libmrcache's free now. */
+unsigned mrc_route_free_count(void);
+
+/* libmrcache's own free (hooks_malloc.c), whatever the name free resolves to. */
+void mrc_free_self(void *p);
+
+#endif

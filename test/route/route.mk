@@ -1,0 +1,32 @@
+# route.mk - where the PLT calls of free go (src/interpose/route.c): past libmrcache
+# while the allocator hooks idle, in a program linked with -z now, one linked lazily, and
+# a library linked lazily; left alone where another free comes first (a preload's, the
+# program's own); back through libmrcache when a late patch makes the hooks resume (the
+# data of a free that unmaps registered memory must be fresh), and caching stopped when
+# a slot cannot be written back. Run by test_route.sh.
+ROUTE_T    := $(BUILD)/test
+ROUTE_LIBS := $(ROUTE_T)/libmrc_lazyfree.so $(ROUTE_T)/libmrc_ownfree.so
+ROUTE_PROGS := $(ROUTE_T)/test_route $(ROUTE_T)/test_route_lazy $(ROUTE_T)/test_route_ownfree
+ROUTE_SRC_DEPS := test/route/test_route.c test/route/ownfree.c test/preload/common.h test/preload/stale.h \
+                  test/check.h $(SNIC_DEPS) $(ROUTE_T)/libmrc_lazyfree.so
+ROUTE_LINK = $(LDFLAGS) $(SNIC_LINK) -L$(ROUTE_T) -lmrc_lazyfree -Wl,-rpath,'$$ORIGIN' -ldl -lpthread
+
+$(ROUTE_T)/libmrc_lazyfree.so: test/route/lazyfree.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -Wl,-z,lazy
+
+$(ROUTE_T)/libmrc_ownfree.so: test/route/ownfree.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS)
+
+$(ROUTE_T)/test_route: $(ROUTE_SRC_DEPS)
+	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(ROUTE_LINK)
+
+$(ROUTE_T)/test_route_lazy: $(ROUTE_SRC_DEPS)
+	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(ROUTE_LINK) -Wl,-z,lazy
+
+$(ROUTE_T)/test_route_ownfree: $(ROUTE_SRC_DEPS)
+	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload -DOWN_FREE $< -o $@ $(ROUTE_LINK)
+
+TEST_BINS += $(ROUTE_LIBS) $(ROUTE_PROGS)
+TEST_CMDS += "test/route/test_route.sh $(BUILD) '$(PRELOAD_PREFIX)'"
