@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <stdint.h>
 #include <string.h>
@@ -66,6 +67,20 @@ static int store_slot(const struct slot *s, void *to)
     }
     errno = saved;
     return rc;
+}
+
+/* The same while no other thread runs: a slot on a read-only page is written through
+ * /proc/self/mem (mem, open; else -1), as a debugger would, and the protection is never
+ * touched. Measured: after the two mprotects of store_slot every later mmap+munmap of
+ * the process was ~1.5% slower (6.49 vs 6.31 us for 64 KiB; through /proc/self/mem 6.38
+ * vs 6.43). Not with other threads: the kernel copies the bytes with no promise of one
+ * 8-byte store, and a thread calling free could read half a pointer. */
+static int store_slot_alone(int mem, const struct slot *s, void *to)
+{
+    if (!s->ro_page || mem < 0)
+        return store_slot(s, to);
+    long n = syscall(SYS_pwrite64, mem, &to, sizeof(to), (off_t)(uintptr_t)s->at);
+    return n == (long)sizeof(to) ? 0 : store_slot(s, to);
 }
 
 /* The first segment of the type, or (PT_LOAD) the executable one holding [a, a+len). */
@@ -170,6 +185,7 @@ unsigned mrc_route_free_direct(void)
     page_size = (uintptr_t)pg;
     ncands = 0;
     dl_iterate_phdr(collect, NULL);
+    int mem = (int)syscall(SYS_open, "/proc/self/mem", O_RDWR | O_CLOEXEC);
     for (unsigned i = 0; i < ncands; i++) {
         const struct candidate *c = &cands[i];
         if (!pin(c))
@@ -181,9 +197,11 @@ unsigned mrc_route_free_direct(void)
             ((void (*)(void *))v)(NULL);
             v = (uintptr_t)__atomic_load_n(c->s.at, __ATOMIC_ACQUIRE);
         }
-        if (v == (uintptr_t)mrc_free_self && !store_slot(&c->s, (void *)next))
+        if (v == (uintptr_t)mrc_free_self && !store_slot_alone(mem, &c->s, (void *)next))
             routed[nrouted++] = c->s;
     }
+    if (mem >= 0)
+        syscall(SYS_close, mem);
     __atomic_store_n(&route_on, nrouted != 0, __ATOMIC_RELEASE);
     return nrouted;
 }

@@ -89,6 +89,45 @@ static const char *owner(void *fn)
     return dladdr(fn, &di) && di.dli_fname ? di.dli_fname : "?";
 }
 
+/* The permissions /proc/self/maps gives the page holding a ("r--p", ...), or "". */
+static const char *perms_of(const void *a, char out[8])
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    unsigned long lo, hi;
+    out[0] = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, out) == 3 && (uintptr_t)a >= lo && (uintptr_t)a < hi)
+            break;
+        else
+            out[0] = 0;
+    if (f)
+        fclose(f);
+    return out;
+}
+
+static int program_relro(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    uintptr_t *range = arg;
+    (void)size;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
+            range[0] = (info->dlpi_addr + info->dlpi_phdr[i].p_vaddr) & ~(uintptr_t)4095;
+            range[1] = (info->dlpi_addr + info->dlpi_phdr[i].p_vaddr + info->dlpi_phdr[i].p_memsz) & ~(uintptr_t)4095;
+        }
+    return 1;   /* the program comes first */
+}
+
+/* A slot ld.so made read-only (RELRO) is read-only still: routing keeps the hardening. */
+static void check_protection(void **slot)
+{
+    uintptr_t range[2] = { 0, 0 }, a = (uintptr_t)slot;
+    char perms[8];
+    dl_iterate_phdr(program_relro, range);
+    if (a >= range[0] && a < range[1])
+        CHECKF(!strcmp(perms_of(slot, perms), "r--p"), "the program's slot is on a %s page, not r--p", perms);
+}
+
 /* Each slot holds glibc's free (routed) or the process's first free. */
 static void check_slots(int routed)
 {
@@ -101,8 +140,10 @@ static void check_slots(int routed)
 #ifndef OWN_FREE
     CHECK(prog != NULL);    /* with a free of its own, the program calls it directly */
 #endif
-    if (prog)
+    if (prog) {
         CHECKF(*prog == want, "the program's free goes to %s, not %s", owner(*prog), owner(want));
+        check_protection(prog);
+    }
     if (lib)
         CHECKF(*lib == want, "the library's free goes to %s, not %s", owner(*lib), owner(want));
 }
