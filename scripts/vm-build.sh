@@ -8,12 +8,14 @@ set -euo pipefail
 
 usage() {
     cat <<EOF
-Usage: vm-build.sh [-o DIR] [-l LIB] [-p PRELOAD_TEST[:VAR=VALUE,...]]... [PROGRAM...]
+Usage: vm-build.sh [-o DIR] [-l LIB] [-p PRELOAD_TEST[:VAR=VALUE,...]]... [-s FILE]... [PROGRAM...]
   -o DIR   cache/output directory (default \$VM_DIR or build/vm)
   -l LIB   libmrcache.so to copy into the guest as /vm/lib/libmrcache.so (default build/libmrcache.so)
   -p PROG[:VAR=VALUE,...]
            a project test program the guest runs under the preload against rxe
            (/vm/preload-tests), with these variables set; one run per -p, in order
+  -s FILE  a library the preload tests load (by \$ORIGIN, or a path in their variables),
+           copied beside them into /vm/preload-tests
   PROGRAM  test programs copied into the guest's /vm/bin
 Environment: VM_KERNEL_DEB=/path/linux-image-*.deb uses that package instead of apt-get download.
 Output: DIR/vmlinux DIR/base.cpio.gz DIR/payload.cpio.gz DIR/initrd.img (base + payload)
@@ -24,11 +26,13 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 out=${VM_DIR:-build/vm}
 lib=build/libmrcache.so
 ptests=()   # the -p arguments, as given (program and environment)
-while getopts "o:l:p:h" opt; do
+pfiles=()   # the -s arguments
+while getopts "o:l:p:s:h" opt; do
     case "$opt" in
         o) out=$OPTARG ;;
         l) lib=$OPTARG ;;
         p) ptests+=("$OPTARG") ;;
+        s) pfiles+=("$OPTARG") ;;
         h) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
     esac
@@ -216,7 +220,7 @@ fi
 # ---------------------------------------------------------------- payload
 # Our own files: small, so the key is simply the hash of their contents and names.
 guest_scripts=("$here/test/vm/guest-init.sh" "$here/test/vm/guest-tests.sh")
-payload_inputs=("${guest_scripts[@]}" "${progs[@]}" "${pprogs[@]}")
+payload_inputs=("${guest_scripts[@]}" "${progs[@]}" "${pprogs[@]}" "${pfiles[@]}")
 [ -e "$lib" ] && payload_inputs+=("$lib")
 payload_key=$( {
     echo "$base_key"
@@ -240,14 +244,14 @@ mkdir -p "$root/vm/bin" "$root/vm/lib" "$root/vm/preload-tests"
 install -m 0755 "$here/test/vm/guest-init.sh" "$root/init"
 install -m 0755 "$here/test/vm/guest-tests.sh" "$root/vm/guest-tests.sh"
 for p in "${progs[@]}"; do install -m 0755 "$p" "$root/vm/bin/"; done
-for p in "${pprogs[@]}"; do install -m 0755 "$p" "$root/vm/preload-tests/"; done
+for p in "${pprogs[@]}" "${pfiles[@]}"; do install -m 0755 "$p" "$root/vm/preload-tests/"; done
 # One line per run for guest-tests.sh: NAME PROGRAM [VAR=VALUE]... (NAME is the program's,
 # with the variables appended when there are any, so the runs' logs stay apart).
 : >"$root/vm/preload-tests.runs"
 for r in "${ptests[@]}"; do
     p=$(basename "${r%%:*}") envs=
     [ "$r" != "${r#*:}" ] && envs=${r#*:}
-    name=$p${envs:+_$(echo "$envs" | tr ',=' '_-')}
+    name=$p${envs:+_$(echo "$envs" | tr '/,=' '__-')}
     echo "$name $p ${envs//,/ }" >>"$root/vm/preload-tests.runs"
 done
 if [ -e "$lib" ]; then
@@ -259,7 +263,7 @@ else
 fi
 # Libraries our programs or libmrcache.so need beyond the base (e.g. a new dependency).
 skip_list=$out/base.files
-extra=("${progs[@]}" "${pprogs[@]}")
+extra=("${progs[@]}" "${pprogs[@]}" "${pfiles[@]}")
 [ -e "$lib" ] && extra+=("$lib")
 if [ ${#extra[@]} -gt 0 ]; then
     copy_closure "$tmp/extra" "${extra[@]}"

@@ -112,8 +112,12 @@ MRC_HOT struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, 
         errno = ENOSYS;
         return NULL;
     }
-    if (!mrc_ready() || !__atomic_load_n(&mrc_g.cfg.enable, __ATOMIC_RELAXED) || tls_in_reg)
+    if (!mrc_ready() || !__atomic_load_n(&mrc_g.cfg.enable, __ATOMIC_RELAXED) || tls_in_reg) {
+        /* Caching stopped while running: what reaches the NIC is still counted. */
+        if (mrc_ready() && !tls_in_reg && __atomic_load_n(&mrc_g.caching_off, __ATOMIC_RELAXED))
+            return passthrough_reg(pd, addr, len, iova, access);
         return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
+    }
     if (!pd || !addr || !len || !mrc_verbs_cacheable(access))
         return passthrough_reg(pd, addr, len, iova, access);
     if (!__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED))

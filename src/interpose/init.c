@@ -212,8 +212,9 @@ void mrc_init(void)
 
 void mrc_stop_caching(const char *why)
 {
-    if (!__atomic_exchange_n(&mrc_g.cfg.enable, 0, __ATOMIC_SEQ_CST))
+    if (__atomic_exchange_n(&mrc_g.caching_off, 1, __ATOMIC_SEQ_CST))
         return;
+    __atomic_store_n(&mrc_g.cfg.enable, 0, __ATOMIC_SEQ_CST);
     /* Nothing cached may be handed out again; the registrations in use stay their
      * holders', and every later one passes straight through to libibverbs. */
     mrc_cache_invalidate(&mrc_g.cache, 0, UINT64_MAX, MRC_INVAL_CACHING_OFF);

@@ -20,6 +20,7 @@ struct mrc_state {
     int watch_malloc;       /* ... and the allocator's own unmaps */
     int malloc_usable;      /* the allocator hooks may run (preload on, MRCACHE_MALLOC_HOOKS,
                              * glibc's allocator): patch.c turns them back on if it must */
+    int caching_off;        /* mrc_stop_caching ran: cfg.enable is 0 from then on */
     uint64_t start_ns;
 };
 

@@ -14,10 +14,20 @@ VM_PBIN    := $(VM_BIN)/preload
 # Runs of project programs the guest makes under the preload against rxe, each
 # PROGRAM[:VAR=VALUE,...]; the monitor-off run must see every write land in stale pages,
 # and with the userfaultfd source (Debian's 6.1 kernel) raw system calls must be seen.
+# test_route: free's PLT slots routed past libmrcache, and back after a late patch of
+# munmap (the free of registered memory must stay fresh, stale without the allocator
+# hooks), caching stopped when seccomp refuses the write-back: on Debian's own kernel.
+VM_LATE := LATE_PATCH=libmrc_fakepatch.so,FAKEPATCH_FN=munmap,FAKEPATCH_FORM=nop
 VM_PRELOAD_TESTS ?= $(VM_PBIN)/test_unmap_paths \
                     $(VM_PBIN)/test_unmap_paths:MRCACHE_MONITOR=patch+preload+uffd \
                     $(VM_PBIN)/test_unmap_paths:MRCACHE_MONITOR=none,EXPECT_STALE=1 \
-                    $(VM_PBIN)/test_verbs
+                    $(VM_PBIN)/test_verbs \
+                    $(VM_PBIN)/test_route:EXPECT_ROUTE=1 \
+                    $(VM_PBIN)/test_route:EXPECT_ROUTE=1,$(VM_LATE) \
+                    $(VM_PBIN)/test_route:EXPECT_ROUTE=1,$(VM_LATE),MRCACHE_MALLOC_HOOKS=0,MALLOC_HOOKS_OFF=1,EXPECT_STALE=1 \
+                    $(VM_PBIN)/test_route:EXPECT_ROUTE=1,$(VM_LATE),REFUSE=1,EXPECT_OFF=1
+# Libraries those programs load, copied beside them.
+VM_PRELOAD_FILES := $(VM_PBIN)/libmrc_lazyfree.so $(VM_PBIN)/libmrc_fakepatch.so
 VM_PRELOAD_PROGS := $(sort $(foreach r,$(VM_PRELOAD_TESTS),$(firstword $(subst :, ,$(r)))))
 
 $(VM_BIN)/%: test/vm/%.c test/vm/vm_verbs.h test/preload/rdma_loop.h test/check.h | $(DEPS_STAMP)
@@ -31,10 +41,25 @@ $(VM_PBIN)/test_%: test/preload/test_%.c test/preload/common.h test/preload/rdma
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -libverbs -ldl -lpthread
 
-vm-progs: $(VM_PROGS) $(VM_PRELOAD_PROGS)
+$(VM_PBIN)/libmrc_lazyfree.so: test/route/lazyfree.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -Wl,-z,lazy
 
-vm-test: $(LIB) $(VM_PROGS) $(VM_PRELOAD_PROGS) $(BUILD)/demo/mrc_demo
-	scripts/vm-build.sh -o $(VM_DIR) -l $(LIB) $(addprefix -p ,$(VM_PRELOAD_TESTS)) $(VM_PROGS) $(BUILD)/demo/mrc_demo
+$(VM_PBIN)/libmrc_fakepatch.so: test/monitor/fakepatch.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -ldl
+
+$(VM_PBIN)/test_route: test/route/test_route.c test/route/ownfree.c test/preload/common.h test/preload/stale.h \
+                       include/mrcache.h test/check.h $(VM_PBIN)/libmrc_lazyfree.so | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -L$(VM_PBIN) -lmrc_lazyfree \
+	    -Wl,-rpath,'$$ORIGIN' -libverbs -ldl -lpthread
+
+vm-progs: $(VM_PROGS) $(VM_PRELOAD_PROGS) $(VM_PRELOAD_FILES)
+
+vm-test: $(LIB) $(VM_PROGS) $(VM_PRELOAD_PROGS) $(VM_PRELOAD_FILES) $(BUILD)/demo/mrc_demo
+	scripts/vm-build.sh -o $(VM_DIR) -l $(LIB) $(addprefix -p ,$(VM_PRELOAD_TESTS)) \
+	    $(addprefix -s ,$(VM_PRELOAD_FILES)) $(VM_PROGS) $(BUILD)/demo/mrc_demo
 	@scripts/run-tests.sh -- "scripts/vm-run.sh -d $(VM_DIR) -t $(VM_TIMEOUT) -T '$(VM_TESTS)'"
 
 .PHONY: vm-progs
