@@ -888,12 +888,15 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
     struct mrc_entry *victims = NULL;
     pthread_mutex_lock(&c->lock);
     gauge_made_locked(c, rl - rf + 1);
-    if (raced_locked(c, seq0, rf, rl)) {
+    int closed = c->closed;
+    if (closed || raced_locked(c, seq0, rf, rl)) {
         /* Part of the range was unmapped while we registered it: the pages we pinned may
-         * be the old ones. Hand it to this caller alone, never to a later one. */
+         * be the old ones. Hand it to this caller alone, never to a later one; so too
+         * once the cache is closed. */
         miss_done(c);
         pthread_mutex_unlock(&c->lock);
-        mrc_stat_add(MRC_STAT_RACED, 1);
+        if (!closed)
+            mrc_stat_add(MRC_STAT_RACED, 1);
         ST(&e->flags, MRC_E_PRIVATE);
         __atomic_store_n(&e->ref, 1u, __ATOMIC_RELEASE);
         *out = e;
@@ -995,12 +998,24 @@ uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entr
     return busy;
 }
 
+void mrc_cache_close(struct mrc_cache *c, enum mrc_inval_cause cause)
+{
+    /* First closed, under the lock a miss inserts under: a miss inserting later keeps
+     * its entry private, and the invalidation below takes every earlier one. */
+    pthread_mutex_lock(&c->lock);
+    c->closed = 1;
+    pthread_mutex_unlock(&c->lock);
+    mrc_cache_invalidate(c, 0, UINT64_MAX, cause);
+}
+
 void mrc_cache_forget(struct mrc_cache *c)
 {
     /* The entries' memory stays behind in the old pool: a forked child may still hold
      * handles pointing at them, and must never deregister them. */
     struct mrc_cache_params p = c->p;
+    int closed = c->closed;
     mrc_cache_init(c, &p);
+    c->closed = closed;   /* the child inherits the reason it was closed */
 }
 
 void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_cache_gauges *g)

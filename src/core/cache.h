@@ -102,6 +102,7 @@ struct mrc_cache {
     } parked[MRC_PARKED] MRC_LINE;
     /* Under the lock. */
     pthread_mutex_t lock MRC_LINE;   /* tree, LRU, deferred list, tree counters */
+    int closed;                   /* mrc_cache_close ran: new entries stay private */
     struct mrc_itree tree;
     struct mrc_entry lru;         /* sentinel: lru.lru_next is least recently used */
     struct mrc_entry *deferred;   /* dead entries waiting for deregistration */
@@ -166,6 +167,12 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
                                enum mrc_inval_cause cause);
 void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, uint64_t len,
                           enum mrc_inval_cause cause);
+
+/* Caches nothing from now on: every entry is invalidated (for cause), and a registration
+ * made later, or under way now, is handed to its caller alone and deregistered at its
+ * release, as if it had raced an unmap. For when the cache can no longer trust what it
+ * would keep. Safe in any hook, as mrc_cache_invalidate. */
+void mrc_cache_close(struct mrc_cache *c, enum mrc_inval_cause cause);
 
 /* Finishes parked runs, puts young entries in the tree and deregisters the deferred
  * entries now. Not from a hook. */

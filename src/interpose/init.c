@@ -146,6 +146,9 @@ static void fork_child(void)
     mrc_uffd_child_reset();
     mrc_g.fork_gen++;
     mrc_cache_forget(&mrc_g.cache);
+    /* Forked while another thread was writing free's slots back: finish it here. */
+    if (__atomic_load_n(&mrc_g.watch_malloc, __ATOMIC_ACQUIRE) && mrc_route_free_back())
+        mrc_stop_caching("fork: the PLT calls of free cannot all be sent back through the allocator hooks");
     mrc_stats_child_reset();
     mrc_callsite_child_reset();
 }
@@ -216,8 +219,9 @@ void mrc_stop_caching(const char *why)
         return;
     __atomic_store_n(&mrc_g.cfg.enable, 0, __ATOMIC_SEQ_CST);
     /* Nothing cached may be handed out again; the registrations in use stay their
-     * holders', and every later one passes straight through to libibverbs. */
-    mrc_cache_invalidate(&mrc_g.cache, 0, UINT64_MAX, MRC_INVAL_CACHING_OFF);
+     * holders', every later one passes straight through to libibverbs, and one under
+     * way in the cache now stays its caller's alone. */
+    mrc_cache_close(&mrc_g.cache, MRC_INVAL_SOURCE_LOST);
     MRC_ERROR("%s: caching is OFF from here on (every registration goes to the NIC)", why);
 }
 

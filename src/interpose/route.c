@@ -24,6 +24,7 @@
 
 #include "interpose/real.h"
 #include "interpose/route.h"
+#include "util/log.h"
 #include "util/thread.h"
 
 #define ROUTE_MAX 64
@@ -63,7 +64,8 @@ static int store_slot(const struct slot *s, void *to)
         __atomic_store_n(s->at, to, __ATOMIC_RELEASE);
         /* If refused (a split past vm.max_map_count) the page stays writable and the
          * slot is still right: only ld.so's hardening of that page is lost. */
-        syscall(SYS_mprotect, s->ro_page, page_size, PROT_READ);
+        if (syscall(SYS_mprotect, s->ro_page, page_size, PROT_READ))
+            MRC_WARN("free: the read-only page at %p stays writable (mprotect: errno %d)", (void *)s->ro_page, errno);
     }
     errno = saved;
     return rc;
@@ -167,8 +169,10 @@ static int pin(const struct candidate *c)
     if (!*c->name)
         return 1;
     void *h = dlopen(c->name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
-    if (!h)
+    if (!h) {
+        dlerror();   /* the program's next dlerror() must not find ours */
         return 0;
+    }
     struct link_map *lm = NULL;
     int same = dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_addr == c->base;
     dlclose(h);
@@ -182,14 +186,13 @@ unsigned mrc_route_free_direct(void)
     /* Alone, no other thread can load or unload objects, or call free, meanwhile. */
     if (!next || pg <= 0 || nrouted || !mrc_thread_single())
         return 0;
+    int saved = errno;
     page_size = (uintptr_t)pg;
     ncands = 0;
     dl_iterate_phdr(collect, NULL);
     int mem = (int)syscall(SYS_open, "/proc/self/mem", O_RDWR | O_CLOEXEC);
     for (unsigned i = 0; i < ncands; i++) {
         const struct candidate *c = &cands[i];
-        if (!pin(c))
-            continue;
         uintptr_t v = (uintptr_t)__atomic_load_n(c->s.at, __ATOMIC_ACQUIRE);
         if (v && v == c->stub) {
             /* ld.so binds it as the program's first call would, to whatever that
@@ -197,29 +200,36 @@ unsigned mrc_route_free_direct(void)
             ((void (*)(void *))v)(NULL);
             v = (uintptr_t)__atomic_load_n(c->s.at, __ATOMIC_ACQUIRE);
         }
-        if (v == (uintptr_t)mrc_free_self && !store_slot_alone(mem, &c->s, (void *)next))
+        /* Pinned only if routed: an object we leave alone stays unloadable. */
+        if (v == (uintptr_t)mrc_free_self && pin(c) && !store_slot_alone(mem, &c->s, (void *)next))
             routed[nrouted++] = c->s;
     }
     if (mem >= 0)
         syscall(SYS_close, mem);
     __atomic_store_n(&route_on, nrouted != 0, __ATOMIC_RELEASE);
+    errno = saved;
     return nrouted;
 }
 
 int mrc_route_free_back(void)
 {
-    if (!__atomic_exchange_n(&route_on, 0, __ATOMIC_ACQ_REL))
+    if (!__atomic_load_n(&route_on, __ATOMIC_ACQUIRE))
         return 0;
     void *next = (void *)__atomic_load_n(&mrc_real.free, __ATOMIC_ACQUIRE);
     int rc = 0;
     for (unsigned i = 0; i < nrouted; i++) {
-        /* A slot someone rebound since is theirs now. */
-        if (__atomic_load_n(routed[i].at, __ATOMIC_ACQUIRE) != next)
-            continue;
-        int r = store_slot(&routed[i], (void *)mrc_free_self);
+        void *v = __atomic_load_n(routed[i].at, __ATOMIC_ACQUIRE);
+        if (v == (void *)mrc_free_self)
+            continue;   /* back already (a call cut short by fork, say) */
+        /* Rebound since by someone else (a GOT hooker) who may pass the calls on to
+         * the allocator's free it found there: those frees would skip the hooks. */
+        int r = v == next ? store_slot(&routed[i], (void *)mrc_free_self) : -EBUSY;
         if (r)
             rc = r;
     }
+    /* On failure it stays on: a later call (a forked child's) tries again. */
+    if (!rc)
+        __atomic_store_n(&route_on, 0, __ATOMIC_RELEASE);
     return rc;
 }
 

@@ -10,9 +10,10 @@
 unsigned mrc_route_free_direct(void);
 
 /* Puts libmrcache's free back into every slot mrc_route_free_direct changed. Safe in
- * any hook: no allocation, no ld.so call, no lock. 0, or -errno if a slot could not be
- * written (its calls still skip the allocator hooks: the caller must stop trusting the
- * cache). */
+ * any hook: no allocation, no ld.so call, no lock; callers serialize (patch.c's check;
+ * a forked child runs alone). 0, or -errno if a slot could not be written, or -EBUSY if
+ * another library rebound one meanwhile: its calls may still skip the allocator hooks,
+ * and the caller must stop trusting the cache. Repeatable: only what is left is done. */
 int mrc_route_free_back(void);
 
 /* How many slots skip libmrcache's free now. */

@@ -744,6 +744,10 @@ static void give_up(int fn, uint8_t *entry)
     /* The program's frees must reach those hooks again. */
     if (resumed && mrc_route_free_back())
         unrouted = 1;
+    /* What the other library's code unmapped since it overwrote ours went unseen (and
+     * frees through routed slots until now): nothing cached before may be trusted. */
+    if (__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED))
+        mrc_cache_invalidate(&mrc_g.cache, 0, UINT64_MAX, MRC_INVAL_SOURCE_LOST);
     char m[400];
     snprintf(m, sizeof(m),
              "patch: %s was overwritten by another library after libmrcache patched it (bytes %02x %02x %02x %02x, "
@@ -758,8 +762,9 @@ static void give_up(int fn, uint8_t *entry)
     else
         note("%s", m);
     if (unrouted)
-        mrc_stop_caching("patch: the PLT calls of free cannot be sent back through the allocator hooks "
-                         "(a read-only page could not be made writable), so free's unmaps would go unseen");
+        mrc_stop_caching("patch: the PLT calls of free cannot all be sent back through the allocator hooks "
+                         "(a read-only page could not be made writable, or another library rebound one), "
+                         "so free's unmaps would go unseen");
 }
 
 static void chain(int fn, uint8_t *entry, uint64_t now)

@@ -45,11 +45,11 @@ const char *const mrc_stat_names[MRC_STAT_LAST] = {
     [MRC_STAT_INVAL_BASE + MRC_INVAL_FREE] = "inval_free",
     [MRC_STAT_INVAL_BASE + MRC_INVAL_TRIM] = "inval_trim",
     [MRC_STAT_INVAL_BASE + MRC_INVAL_API] = "inval_api",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_CACHING_OFF] = "inval_caching_off",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_SOURCE_LOST] = "inval_source_lost",
 };
 
 const char *const mrc_inval_cause_names[MRC_INVAL_LAST] = {
-    "munmap", "mremap", "madvise", "mmap_fixed", "shm", "brk", "free", "trim", "api", "caching_off",
+    "munmap", "mremap", "madvise", "mmap_fixed", "shm", "brk", "free", "trim", "api", "source_lost",
 };
 
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;

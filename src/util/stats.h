@@ -18,7 +18,7 @@ enum mrc_inval_cause {
     MRC_INVAL_FREE,      /* free/realloc of a chunk the allocator gives back with munmap/mremap */
     MRC_INVAL_TRIM,      /* heap trimming inside free, malloc_trim */
     MRC_INVAL_API,       /* asked for by the program or the tests */
-    MRC_INVAL_CACHING_OFF,   /* everything, when caching stops (a lost unmap source) */
+    MRC_INVAL_SOURCE_LOST,   /* everything, when an unmap source is lost (a patch given up) */
     MRC_INVAL_LAST
 };
 

@@ -32,7 +32,7 @@ int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name)
 int mrc_thread_single(void)
 {
     /* Raw system calls: this runs during start-up, and libc's wrappers may be patched. */
-    char buf[2048];
+    char buf[4096];   /* "Threads:" follows the Groups line, which can be long */
     int fd = (int)syscall(SYS_open, "/proc/self/status", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;

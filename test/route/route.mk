@@ -3,11 +3,12 @@
 # a library linked lazily; left alone where another free comes first (a preload's, the
 # program's own); back through libmrcache when a late patch makes the hooks resume (the
 # data of a free that unmaps registered memory must be fresh), and caching stopped when
-# a slot cannot be written back. Run by test_route.sh.
+# a slot cannot be written back (or another library rebound it); not while a thread
+# runs at start-up; through mprotect when pwrite is refused. Run by test_route.sh.
 ROUTE_T    := $(BUILD)/test
-ROUTE_LIBS := $(ROUTE_T)/libmrc_lazyfree.so $(ROUTE_T)/libmrc_ownfree.so
+ROUTE_LIBS := $(ROUTE_T)/libmrc_lazyfree.so $(ROUTE_T)/libmrc_ownfree.so $(ROUTE_T)/libmrc_early.so
 ROUTE_PROGS := $(ROUTE_T)/test_route $(ROUTE_T)/test_route_lazy $(ROUTE_T)/test_route_ownfree
-ROUTE_SRC_DEPS := test/route/test_route.c test/route/ownfree.c test/preload/common.h test/preload/stale.h \
+ROUTE_SRC_DEPS := test/route/test_route.c test/route/ownfree.c test/route/deny.h test/preload/common.h test/preload/stale.h \
                   test/check.h $(SNIC_DEPS) $(ROUTE_T)/libmrc_lazyfree.so
 ROUTE_LINK = $(LDFLAGS) $(SNIC_LINK) -L$(ROUTE_T) -lmrc_lazyfree -Wl,-rpath,'$$ORIGIN' -ldl -lpthread
 
@@ -18,6 +19,10 @@ $(ROUTE_T)/libmrc_lazyfree.so: test/route/lazyfree.c | $(DEPS_STAMP)
 $(ROUTE_T)/libmrc_ownfree.so: test/route/ownfree.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS)
+
+$(ROUTE_T)/libmrc_early.so: test/route/early.c test/route/deny.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -lpthread
 
 $(ROUTE_T)/test_route: $(ROUTE_SRC_DEPS)
 	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(ROUTE_LINK)

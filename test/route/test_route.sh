@@ -5,8 +5,10 @@
 # where another free comes first; back through libmrcache after a late patch of munmap
 # that cannot be chained (a free's unmap must then be seen: fresh data; with the
 # allocator hooks off, the same run must come out stale); and, when a slot cannot be
-# written back (seccomp refuses writable pages), caching stops, said once as an error,
-# and what was cached is counted as invalidated for that reason.
+# written back (seccomp refuses writable pages, or another library rebound it), caching
+# stops, said once as an error, and what was cached is counted as invalidated for that
+# reason. Not routed while a thread runs at start-up; routed through mprotect when pwrite
+# is refused.
 B=$1 PP=$2
 T=$(cd "$B/test" && pwd)
 LIB=$(cd "$B" && pwd)/libmrcache.so
@@ -34,7 +36,8 @@ if [ -n "$PP" ]; then
     verdict route_sanitizer_free_first $?
     for t in route_now route_lazy route_off route_hooks_running route_preloaded_free_first \
              route_program_free_first route_back_after_late_patch route_back_lazy \
-             route_late_patch_stale_control route_back_refused_stops_caching; do
+             route_late_patch_stale_control route_back_refused_stops_caching \
+             route_back_rebound_stops_caching route_not_with_threads route_without_proc_mem; do
         echo "ok - $t # SKIP the patch source steps aside under a sanitizer"
     done
     exit 0
@@ -73,10 +76,25 @@ scenario route_late_patch_stale_control test_route EXPECT_ROUTE=1 "${LATE[@]}" M
 verdict route_late_patch_stale_control $?
 
 # The program's slot (-z now) is on a RELRO page that may not be made writable again.
+# Another library hooked the program's free while routed: its calls would skip the hooks.
+scenario route_back_rebound_stops_caching test_route EXPECT_ROUTE=1 "${LATE[@]}" THIRD_PARTY=1 EXPECT_OFF=1 &&
+    [ "$(grep -c 'caching is OFF from here on' "$tmp/route_back_rebound_stops_caching.err")" -eq 1 ]
+verdict route_back_rebound_stops_caching $?
+
+# A thread already running when libmrcache starts: nothing is routed. (By default the
+# self-test then cannot check brk and the allocator hooks stay on anyway; with the patch
+# source alone they are never used, so the routing's own check is what decides.)
+scenario route_not_with_threads test_route EXPECT_ROUTE=0 LD_PRELOAD="$LIB:$T/libmrc_early.so" EARLY_THREAD=1 \
+    MRCACHE_MONITOR=patch
+verdict route_not_with_threads $?
+# No writes through /proc/self/mem (pwrite refused): routed all the same, pages still read-only.
+scenario route_without_proc_mem test_route EXPECT_ROUTE=1 LD_PRELOAD="$LIB:$T/libmrc_early.so" EARLY_NO_PWRITE=1
+verdict route_without_proc_mem $?
+
 # The entry cached before counts as invalidated for that reason.
 scenario route_back_refused_stops_caching test_route EXPECT_ROUTE=1 "${LATE[@]}" REFUSE=1 EXPECT_OFF=1 \
     MRCACHE_STATS=stderr MRCACHE_STATS_FORMAT=json &&
     [ "$(grep -c 'caching is OFF from here on' "$tmp/route_back_refused_stops_caching.err")" -eq 1 ] &&
-    grep -Eq '"inval_caching_off": 1[,}]' "$tmp/route_back_refused_stops_caching.err"
+    grep -Eq '"inval_source_lost": 1[,}]' "$tmp/route_back_refused_stops_caching.err"
 verdict route_back_refused_stops_caching $?
 exit 0

@@ -7,7 +7,7 @@
  * overlapping a range whose invalidation has returned; runs parked by an unmap (never
  * served by a hint, walked in the hook once every slot is taken, settled by flush,
  * eviction and an ENOMEM retry, counted toward the deferred bound); an unmap while a
- * miss registers. */
+ * miss registers; a closed cache, closed while a miss registers too. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -880,6 +880,45 @@ static void setup_hooked(uint64_t max_entries, uint64_t max_bytes)
     CHECK(mrc_cache_init(&cache, &p) == 0);
 }
 
+/* Closes the cache while a miss is registering. */
+static int close_now(uint64_t addr, uint64_t len)
+{
+    (void)addr, (void)len;
+    mrc_cache_close(&cache, MRC_INVAL_SOURCE_LOST);
+    return 0;
+}
+
+/* Closed: what was cached is gone (idle entries deregistered, one in use at its last
+ * release), and nothing registered from then on is cached, a miss under way at the
+ * close included: each request registers anew and is deregistered at its release. */
+static void test_close_caches_nothing(void)
+{
+    setup_hooked(1000, 1ull << 40);
+    mrc_cache_put(&cache, get(&dom_a, 0x80000, PG, LW));
+    struct mrc_entry *held = get(&dom_a, 0x90000, PG, LW);
+    in_reg = close_now;
+    struct mrc_entry *e = get(&dom_a, 0xa0000, PG, LW);
+    CHECK(e && (e->flags & MRC_E_PRIVATE));
+    CHECK(indexed() == 0 && cache.tree_count == 0);
+    mrc_cache_put(&cache, e);
+    mrc_cache_drain(&cache);
+    CHECK(fb.live == 1 && fb.regs == 3);           /* only the held one is left */
+    for (int i = 0; i < 2; i++) {
+        struct mrc_entry *again = get(&dom_a, 0x80000, PG, LW);
+        CHECK(again && (again->flags & MRC_E_PRIVATE));
+        mrc_cache_put(&cache, again);
+    }
+    CHECK(fb.regs == 5 && fb.live == 1);
+    mrc_cache_put(&cache, held);
+    mrc_cache_drain(&cache);
+    CHECK(fb.live == 0 && fb.deregs == 5 && indexed() == 0);
+    /* A forked child's cache stays closed. */
+    mrc_cache_forget(&cache);
+    struct mrc_entry *child = get(&dom_a, 0x80000, PG, LW);
+    CHECK(child && (child->flags & MRC_E_PRIVATE));
+    mrc_cache_put(&cache, child);
+}
+
 /* Parks the 45 slots at 0x70000000. */
 static int park_45(uint64_t addr, uint64_t len)
 {
@@ -1375,6 +1414,7 @@ int main(void)
     RUN(test_parked_bound_calls_for_help);
     RUN(test_flush_by_domain);
     RUN(test_forget_never_deregisters);
+    RUN(test_close_caches_nothing);
     RUN(test_gauges_and_stats);
     RUN(test_gauges_peak_after_deregistrations);
     RUN(test_reg_time_counted_in_ns);

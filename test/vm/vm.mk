@@ -49,7 +49,7 @@ $(VM_PBIN)/libmrc_fakepatch.so: test/monitor/fakepatch.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -ldl
 
-$(VM_PBIN)/test_route: test/route/test_route.c test/route/ownfree.c test/preload/common.h test/preload/stale.h \
+$(VM_PBIN)/test_route: test/route/test_route.c test/route/ownfree.c test/route/deny.h test/preload/common.h test/preload/stale.h \
                        include/mrcache.h test/check.h $(VM_PBIN)/libmrc_lazyfree.so | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -L$(VM_PBIN) -lmrc_lazyfree \
