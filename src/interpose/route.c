@@ -232,8 +232,3 @@ int mrc_route_free_back(void)
         __atomic_store_n(&route_on, 0, __ATOMIC_RELEASE);
     return rc;
 }
-
-unsigned mrc_route_free_count(void)
-{
-    return __atomic_load_n(&route_on, __ATOMIC_ACQUIRE) ? nrouted : 0;
-}

@@ -16,9 +16,6 @@ unsigned mrc_route_free_direct(void);
  * and the caller must stop trusting the cache. Repeatable: only what is left is done. */
 int mrc_route_free_back(void);
 
-/* How many slots skip libmrcache's free now. */
-unsigned mrc_route_free_count(void);
-
 /* libmrcache's own free (hooks_malloc.c), whatever the name free resolves to. */
 void mrc_free_self(void *p);
 
