@@ -13,7 +13,6 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <link.h>
 #include <malloc.h>
 #include <stdarg.h>

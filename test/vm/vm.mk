@@ -26,8 +26,9 @@ VM_PRELOAD_TESTS ?= $(VM_PBIN)/test_unmap_paths \
                     $(VM_PBIN)/test_route:EXPECT_ROUTE=1,$(VM_LATE) \
                     $(VM_PBIN)/test_route:EXPECT_ROUTE=1,$(VM_LATE),MRCACHE_MALLOC_HOOKS=0,MALLOC_HOOKS_OFF=1,EXPECT_STALE=1 \
                     $(VM_PBIN)/test_route:EXPECT_ROUTE=1,$(VM_LATE),REFUSE=1,EXPECT_OFF=1
-# Libraries those programs load, copied beside them.
-VM_PRELOAD_FILES := $(VM_PBIN)/libmrc_lazyfree.so $(VM_PBIN)/libmrc_fakepatch.so
+# Libraries those programs load, copied beside them: the host tests' own (route.mk,
+# monitor.mk), which link nothing but libc.
+VM_PRELOAD_FILES := $(BUILD)/test/libmrc_lazyfree.so $(BUILD)/test/libmrc_fakepatch.so
 VM_PRELOAD_PROGS := $(sort $(foreach r,$(VM_PRELOAD_TESTS),$(firstword $(subst :, ,$(r)))))
 
 $(VM_BIN)/%: test/vm/%.c test/vm/vm_verbs.h test/preload/rdma_loop.h test/check.h | $(DEPS_STAMP)
@@ -41,18 +42,10 @@ $(VM_PBIN)/test_%: test/preload/test_%.c test/preload/common.h test/preload/rdma
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -libverbs -ldl -lpthread
 
-$(VM_PBIN)/libmrc_lazyfree.so: test/route/lazyfree.c | $(DEPS_STAMP)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -Wl,-z,lazy
-
-$(VM_PBIN)/libmrc_fakepatch.so: test/monitor/fakepatch.c | $(DEPS_STAMP)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -ldl
-
 $(VM_PBIN)/test_route: test/route/test_route.c test/route/ownfree.c test/route/deny.h test/preload/common.h test/preload/stale.h \
-                       include/mrcache.h test/check.h $(VM_PBIN)/libmrc_lazyfree.so | $(DEPS_STAMP)
+                       include/mrcache.h test/check.h $(BUILD)/test/libmrc_lazyfree.so | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -L$(VM_PBIN) -lmrc_lazyfree \
+	$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -L$(BUILD)/test -lmrc_lazyfree \
 	    -Wl,-rpath,'$$ORIGIN' -libverbs -ldl -lpthread
 
 vm-progs: $(VM_PROGS) $(VM_PRELOAD_PROGS) $(VM_PRELOAD_FILES)
