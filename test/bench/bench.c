@@ -106,28 +106,38 @@ static char *map(size_t len)
     return p;
 }
 
-/* Address space for n slots (a page each, then a page of gap), backed by one shared
+/* Address space for n slots (a page each, then a page of gap), backed by a shared
  * memory file mapped again every WINDOW slots. Pinning or touching a slot is then a
  * minor fault on a page that already exists: on this VM a first touch of fresh memory
  * costs ~12 us, which would make a million entries take a minute to set up. The caches
- * key on virtual addresses, so sharing the physical pages changes nothing they do. */
+ * key on virtual addresses, so sharing the physical pages changes nothing they do.
+ * There are SLOT_FILES files: areas timed against each other must not share pages
+ * (of two areas on the same pages, the one unmapped second, which drops the pages'
+ * last mappings, cost 25-45 ns more per page). */
 #define WINDOW 16384ul
-static int slot_fd = -1;
+#define SLOT_FILES 2
+static int slot_fd[SLOT_FILES] = { -1, -1 };
 
-static char *slots_map(uint64_t n)
+static char *slots_map_on(unsigned file, uint64_t n)
 {
     const size_t win = WINDOW * SLOT;
-    if (slot_fd < 0) {
-        slot_fd = memfd_create("bench-slots", MFD_CLOEXEC);
-        if (slot_fd < 0 || ftruncate(slot_fd, (off_t)win))
+    if (slot_fd[file] < 0) {
+        slot_fd[file] = memfd_create("bench-slots", MFD_CLOEXEC);
+        if (slot_fd[file] < 0 || ftruncate(slot_fd[file], (off_t)win))
             die("memfd");
     }
     uint64_t nwin = (n + WINDOW - 1) / WINDOW;
     char *base = map(nwin * win);
     for (uint64_t w = 0; w < nwin; w++)
-        if (mmap(base + w * win, win, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, slot_fd, 0) == MAP_FAILED)
+        if (mmap(base + w * win, win, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, slot_fd[file], 0) ==
+            MAP_FAILED)
             die("mmap (slots)");
     return base;
+}
+
+static char *slots_map(uint64_t n)
+{
+    return slots_map_on(0, n);
 }
 
 static size_t slots_len(uint64_t n)
@@ -406,38 +416,58 @@ static void raw_munmap(void *addr, size_t len)
         die("munmap (raw)");
 }
 
+/* One round: both areas mapped and filled, area h unmapped through the cache's path
+ * and the other by the kernel alone, the hooked one first or second; adds the CPU
+ * times to *hooked and *plain. */
+static void unmap_round(uint64_t n, void **keep[2], char *dummy, int h, int hooked_first, double *hooked,
+                        double *plain)
+{
+    char *area[2] = { slots_map_on(0, n), slots_map_on(1, n) };
+    const size_t len = slots_len(n);
+    fill(area[0], 0, n, keep[0]);
+    fill(area[1], 0, n, keep[1]);
+    for (int k = 0; k < 2; k++) {
+        int through_hook = (k == 0) == hooked_first;
+        uint64_t t0 = cpu_ns();
+        if (through_hook)
+            sys_unmap(area[h], len);
+        else
+            raw_munmap(area[!h], len);
+        *(through_hook ? hooked : plain) += (double)(cpu_ns() - t0);
+    }
+    sys_forget(area[!h], len);   /* the cache learns of that one too: no stale entries */
+    unfill(0, n, keep[0]);
+    unfill(0, n, keep[1]);
+    /* A cache deregisters what the unmaps invalidated at its next call. */
+    sys_dereg(sys_reg(dummy, SMALL));
+}
+
 static void w_unmap(void)
 {
-    /* Two areas with the same 16k registered pages: X unmapped by the kernel alone (no
-     * hook sees it), Y through the cache's unmap path. The difference is the hook. */
+    /* Two areas of 16k registered pages each, on pages of their own: one unmapped by
+     * the kernel alone (no hook sees it), the other through the cache's unmap path. The
+     * difference is the hook. The two areas differ by themselves: in one process one
+     * area's pages took ~25 ns more each to unmap than the other's, and which one
+     * changed from process to process; and when they shared pages, the second unmap
+     * dropped the pages' last mappings and cost 25-45 ns more per page. So each block
+     * of four rounds gives each area each role, once first and once second, and the
+     * block's figure is its hooked time minus its plain time. The process's first
+     * round, twice as slow as the rest, is not counted. */
     const uint64_t n = 16384;
-    void **kx = calloc(n, sizeof(void *)), **ky = calloc(n, sizeof(void *));
-    double v[ROUNDS], raw[ROUNDS];
+    void **keep[2] = { calloc(n, sizeof(void *)), calloc(n, sizeof(void *)) };
+    double v[ROUNDS], raw[ROUNDS], hooked = 0, plain = 0;
     char *dummy = map(SMALL);
     memset(dummy, 1, SMALL);
-    for (int r = 0; r < ROUNDS; r++) {
-        char *x = slots_map(n), *y = slots_map(n);
-        fill(x, 0, n, kx);
-        fill(y, 0, n, ky);
-        uint64_t tx = 0, ty = 0;
-        for (int k = 0; k < 2; k++) {   /* the order alternates between rounds */
-            uint64_t t0 = cpu_ns();
-            if ((k ^ r) & 1) {
-                sys_unmap(y, slots_len(n));
-                ty = cpu_ns() - t0;
-            } else {
-                raw_munmap(x, slots_len(n));
-                tx = cpu_ns() - t0;
-            }
-        }
-        v[r] = ((double)ty - (double)tx) / (double)n;
-        raw[r] = (double)tx / (double)n;
-        sys_forget(x, slots_len(n));   /* the cache learns of X too: no stale entries */
-        unfill(0, n, kx);
-        unfill(0, n, ky);
-        /* A cache deregisters what the unmaps invalidated at its next call. */
-        sys_dereg(sys_reg(dummy, SMALL));
+    unmap_round(n, keep, dummy, 0, 1, &hooked, &plain);
+    for (int b = 0; b < ROUNDS; b++) {
+        hooked = plain = 0;
+        for (int q = 0; q < 4; q++)
+            unmap_round(n, keep, dummy, q & 1, (q >> 1) ^ (b & 1), &hooked, &plain);
+        v[b] = (hooked - plain) / (4.0 * (double)n);
+        raw[b] = plain / (4.0 * (double)n);
     }
+    free(keep[0]);
+    free(keep[1]);
     put("unmap_entry", median(v, ROUNDS));
     put("unmap_raw_entry", median(raw, ROUNDS));
 }

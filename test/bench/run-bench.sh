@@ -65,10 +65,11 @@ alt msg16m "$REPS" "nocache mrcache ucx" SNIC_REG_COST_NS=16000,0.06
 # alternated processes each: 17.7-20.4 ns per malloc-heavy operation without a preload),
 # and rows 5 and 6 are differences of two timings in one process, and a process here
 # runs in a fast or a slow mode (the NIC's own cost moves by a third between them):
-# these short workloads get four times the processes, so that their medians hold still.
+# these short workloads get four times the processes, so that their medians hold still
+# (unmap twice: each of its processes times four times the rounds).
 alt tax-malloc $((REPS * 4)) "nocache mrcache"
 alt tax-munmap $((REPS * 4)) "nocache mrcache"
-alt unmap $((REPS * 4)) "nocache mrcache ucx"
+alt unmap $((REPS * 2)) "nocache mrcache ucx"
 alt miss $((REPS * 4)) "mrcache ucx"
 alt memory "$REPS" "nocache mrcache ucx"
 load_end=$(cut -d' ' -f1 /proc/loadavg)
