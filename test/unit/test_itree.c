@@ -618,6 +618,29 @@ static void gen_first_tie(int i, uint64_t *start, uint64_t *last)
     *last = *start + 1;
 }
 
+/* Every batch size up to the model's 64, past the last start and before the first:
+ * the piece the batch becomes has a different shape (how many full levels, which nodes
+ * red) at each. */
+static void test_insert_many_sizes(void)
+{
+    model_reset();
+    seq_next = 1u << 30;
+    for (int k = 1; k <= 64 && check_failures == 0; k++) {
+        tie_first = k % 2;
+        model_insert_many(k, gen_up);
+        if (!tree_consistent())
+            return;
+    }
+    compare_query(0, MAX64);
+    seq_next = 1u << 29;
+    for (int k = 1; k <= 40 && check_failures == 0; k++) {
+        model_insert_many(k, gen_down);
+        if (!tree_consistent())
+            return;
+    }
+    compare_query(0, MAX64);
+}
+
 static void test_insert_many(void)
 {
     model_reset();
@@ -1257,6 +1280,7 @@ int main(int argc, char **argv)
     RUN(test_checker_detects_corruption);
     RUN(test_sequential_and_equal);
     RUN(test_insert_many);
+    RUN(test_insert_many_sizes);
     RUN(test_remove_range_shares);
     RUN(test_remove_range_cuts);
     RUN(test_remove_range_large);
