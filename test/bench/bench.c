@@ -444,15 +444,14 @@ static void unmap_round(uint64_t n, void **keep[2], char *dummy, int h, int hook
 
 static void w_unmap(void)
 {
-    /* Two areas of 16k registered pages each, on pages of their own: one unmapped by
-     * the kernel alone (no hook sees it), the other through the cache's unmap path. The
-     * difference is the hook. The two areas differ by themselves: in one process one
-     * area's pages took ~25 ns more each to unmap than the other's, and which one
-     * changed from process to process; and when they shared pages, the second unmap
-     * dropped the pages' last mappings and cost 25-45 ns more per page. So each block
-     * of four rounds gives each area each role, once first and once second, and the
-     * block's figure is its hooked time minus its plain time. The process's first
-     * round, twice as slow as the rest, is not counted. */
+    /* Two areas of 16k registered pages each, on pages of their own (see slots_map_on):
+     * one unmapped by the kernel alone (no hook sees it), the other through the cache's
+     * unmap path. The difference is the hook. The areas also differ by themselves: in
+     * one process one area's pages took ~25 ns more each to unmap than the other's, and
+     * which one changed from process to process. So each block of four rounds gives
+     * each area each role, once first and once second, and the block's figure is its
+     * hooked time minus its plain time. The process's first round, twice as slow as the
+     * rest, is not counted. */
     const uint64_t n = 16384;
     void **keep[2] = { calloc(n, sizeof(void *)), calloc(n, sizeof(void *)) };
     double v[ROUNDS], raw[ROUNDS], hooked = 0, plain = 0;
