@@ -172,7 +172,7 @@ static int do_stats_read(size_t size, struct mrcache_stats *out)
 
 static int configured_off(void)
 {
-    return !strcmp(mrc_g.cfg.stats, "off") || !strcmp(mrc_g.cfg.stats, "0");
+    return !strcmp(mrc_g.cfg.stats, "off");
 }
 
 /* Opens the configured destination (not "off") for a dump made now: 2 for stderr, a new

@@ -53,7 +53,7 @@ const char *mrc_monitor_name(void)
 static void dump_stats(int at_exit)
 {
     const char *dest = mrc_g.cfg.stats;
-    if (!strcmp(dest, "off") || !strcmp(dest, "0"))
+    if (!strcmp(dest, "off"))
         return;
     struct mrc_report r;
     mrc_report_collect(&r, &mrc_g.cache, mrc_now_ns() - mrc_g.start_ns, mrc_monitor_name());

@@ -113,8 +113,13 @@ static int parse_log(const char *s, void *f)
     return 0;
 }
 
+/* A yes/no word is a switch, never a file name: MRCACHE_STATS=1 or =on would otherwise
+ * drop a file called "1" or "on" in the working directory. "./on" names that file. */
 static int parse_stats(const char *s, void *f)
 {
+    int on;
+    if (parse_bool(s, &on) == 0)
+        s = on ? "stderr" : "off";
     size_t n = strlen(s);
     if (n == 0 || n >= 256)
         return -1;
@@ -185,7 +190,7 @@ static const struct mrc_config_row rows[] = {
     ROW("MRCACHE_REMOTE", "exact", "remote-access registrations: exact (cached, reused only for the same range and rights) or never (deregistered at ibv_dereg_mr, rkey revoked)",
         parse_remote, remote_policy),
     ROW("MRCACHE_LOG", "warn", "log level: error, warn, info, debug", parse_log, log_level),
-    ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off, stderr, or a file path where %p is the pid, %h the host, %r the rank (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID), %% a literal %",
+    ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off (or 0, no, false), stderr (or 1, on, yes, true), or a file path where %p is the pid, %h the host, %r the rank (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID), %% a literal %",
         parse_stats, stats),
     ROW("MRCACHE_STATS_FORMAT", "text", "text or json", parse_format, stats_format),
     ROW("MRCACHE_MONITOR", "auto", "how unmaps are seen, a list separated by commas or +: auto (= patch,preload, plus uffd if patching falls short), patch (libc's munmap-family entry points patched, so glibc's own calls are seen), preload (munmap-family and allocator hooks), uffd (userfaultfd events over registered ranges: also raw system calls), none (UNSAFE: no invalidation; for demonstrations only)",

@@ -49,6 +49,12 @@ report help_table_matches_readme $r
 LD_LIBRARY_PATH=$SNIC LD_PRELOAD=$PRE "$B/test/test_verbs" >/dev/null 2>"$tmp/stats.txt"
 grep -q 'hit rate' "$tmp/stats.txt" && grep -q 'pinned now 0 B in 0 registrations' "$tmp/stats.txt"
 report stats_text_at_exit_and_all_deregistered $?
+# Yes/no words switch the dump, they never name a file (run where one would appear).
+mkdir "$tmp/cwd"
+(cd "$tmp/cwd" && LD_LIBRARY_PATH=$SNIC LD_PRELOAD=$PRE MRCACHE_STATS=on "$B/test/test_verbs" >/dev/null 2>../on.err &&
+    LD_LIBRARY_PATH=$SNIC LD_PRELOAD=$PRE MRCACHE_STATS=No "$B/test/test_verbs" >/dev/null 2>../no.err)
+grep -q 'hit rate' "$tmp/on.err" && ! grep -q 'hit rate' "$tmp/no.err" && [ -z "$(ls -A "$tmp/cwd")" ]
+report stats_yes_no_words_are_switches $?
 # ... and JSON to a per-process file, never clobbering an existing one.
 LD_LIBRARY_PATH=$SNIC LD_PRELOAD=$PRE MRCACHE_STATS="$tmp/s.%p.json" MRCACHE_STATS_FORMAT=json \
     "$B/test/test_verbs" >/dev/null 2>&1
