@@ -136,7 +136,7 @@ MRC_HOT static void lru_add_tail(struct mrc_cache *c, struct mrc_entry *e)
     c->lru.lru_prev = e;
 }
 
-/* ---- young entries (under the lock; nyoung is read without it only to prefetch) ---- */
+/* ---- young entries (under the lock; drain reads nyoung without it, as a hint) ---- */
 
 /* Puts every young entry into the tree: when they all lie past one end of it (buffers
  * registered in ascending or descending address order), as one piece. */
@@ -293,23 +293,6 @@ MRC_HOT static struct mrc_entry *hint_lookup(struct mrc_cache *c, struct mrc_thr
     unsigned s = hint_set(domain, first);
     struct mrc_entry *e = hint_try(c, &t->hint[s], domain, first, last, iova_off, access);
     return e ? e : hint_try(c, &t->hint[s + 1], domain, first, last, iova_off, access);
-}
-
-MRC_HOT static struct mrc_entry *tree_lookup_locked(struct mrc_cache *c, void *domain, uint64_t first,
-                                                    uint64_t last, int64_t iova_off, uint32_t access)
-{
-    if (young_may_overlap(c, first, last))
-        for (unsigned i = 0; i < LD(&c->nyoung); i++)
-            if (c->young[i].first <= first && last <= c->young[i].last &&
-                entry_serves(c, c->young[i].e, domain, first, last, iova_off, access))
-                return c->young[i].e;
-    for (struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, first, last); n;
-         n = mrc_itree_iter_next(n, first, last)) {
-        struct mrc_entry *e = (struct mrc_entry *)((char *)n - offsetof(struct mrc_entry, node));
-        if (entry_serves(c, e, domain, first, last, iova_off, access))
-            return e;
-    }
-    return NULL;
 }
 
 /* ---- removal, deregistration ---- */
@@ -629,33 +612,16 @@ MRC_HOT static int raced_locked(struct mrc_cache *c, uint64_t seq0, uint64_t fir
 
 /* ---- get / put ---- */
 
-/* Registers through the back-end, timing it. warm, if not NULL, lists (NULL-ended) the
- * caller's lines the insertion will touch next: the back-end's system call leaves our
- * lines and TLB entries cold, so those, the cache's own (lock, counters, gauges, young
- * set) and, when the young set is full, the tree's path are asked for as soon as the
- * call returns, to arrive together instead of one after another (measured when every
- * miss inserted into the tree: without the path's prefetch a miss cost ~1.4x as much). */
+/* Registers through the back-end, timing it for the statistics. Nothing is prefetched
+ * when it returns: since insertions wait in the young set, prefetching what they touch
+ * made misses 7-10% slower (README, row 6). */
 MRC_HOT static int backend_reg(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
-                               int64_t iova_off, uint32_t access, void **reg, const void *const *warm)
+                               int64_t iova_off, uint32_t access, void **reg)
 {
     uint64_t len = last - first + 1;
     uint64_t t0 = mrc_ticks();
     int rc = c->p.ops.reg(c->p.ops.ctx, domain, first, len, first + (uint64_t)iova_off, access, reg);
     uint64_t dt = mrc_ticks_since(t0);
-    if (warm) {
-        for (; *warm; warm++)
-            __builtin_prefetch(*warm, 1);
-        __builtin_prefetch(&c->lock, 1);
-        __builtin_prefetch(&c->ndeferred, 1);
-        __builtin_prefetch(&c->misses, 1);
-        __builtin_prefetch(&c->reg_made, 1);
-        /* The young set, which the insertion scans; the tree's path when it is full. */
-        for (unsigned i = 0; i < sizeof(c->young); i += 64)
-            __builtin_prefetch((char *)c->young + i, 1);
-        __builtin_prefetch(&c->nyoung, 1);
-        if (LD(&c->nyoung) == MRC_YOUNG)
-            mrc_itree_prefetch_insert(&c->tree);
-    }
     if (rc == 0) {
         mrc_hist_add(MRC_HIST_REGS, len, 1);
         mrc_hist_add(MRC_HIST_REG_NS, len, dt);
@@ -677,13 +643,13 @@ static void evict_all_idle(struct mrc_cache *c)
  * pinnable memory (RLIMIT_MEMLOCK, device limits): the cache must never make a
  * registration fail that would succeed without it. */
 MRC_HOT static int reg_retry(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
-                             int64_t iova_off, uint32_t access, void **reg, const void *const *warm)
+                             int64_t iova_off, uint32_t access, void **reg)
 {
-    int rc = backend_reg(c, domain, first, last, iova_off, access, reg, warm);
+    int rc = backend_reg(c, domain, first, last, iova_off, access, reg);
     if (rc == -ENOMEM || rc == -EAGAIN) {
         mrc_stat_add(MRC_STAT_ENOMEM_RETRIES, 1);
         evict_all_idle(c);
-        rc = backend_reg(c, domain, first, last, iova_off, access, reg, warm);
+        rc = backend_reg(c, domain, first, last, iova_off, access, reg);
     }
     return rc;
 }
@@ -695,12 +661,13 @@ static int same_key(const struct mrc_entry *e, const void *domain, int64_t iova_
 }
 
 /* Grows [*first, *last] to its union with e if e has the same key and the union stays
- * under half the byte limit. Returns whether it grew. */
+ * under half the byte limit. Returns whether it grew; sets *kin if e has the key. */
 MRC_HOT static int merge_one(const struct mrc_cache *c, const struct mrc_entry *e, void *domain, int64_t iova_off,
-                             uint32_t access, uint64_t *first, uint64_t *last)
+                             uint32_t access, uint64_t *first, uint64_t *last, int *kin)
 {
     if (!same_key(e, domain, iova_off, access))
         return 0;
+    *kin = 1;
     uint64_t f = e->node.start < *first ? e->node.start : *first;
     uint64_t l = e->node.last > *last ? e->node.last : *last;
     if (l - f >= c->p.max_bytes / 2 || (f == *first && l == *last))
@@ -711,9 +678,9 @@ MRC_HOT static int merge_one(const struct mrc_cache *c, const struct mrc_entry *
 }
 
 /* Grows [*first, *last] to the union of same-key local entries that overlap or touch
- * it, as long as the union stays under half the byte limit. */
+ * it, as long as the union stays under half the byte limit; sets *kin if it saw one. */
 MRC_HOT static void merge_range_locked(struct mrc_cache *c, void *domain, int64_t iova_off, uint32_t access,
-                                       uint64_t *first, uint64_t *last)
+                                       uint64_t *first, uint64_t *last, int *kin)
 {
     for (int grew = 1; grew;) {
         grew = 0;
@@ -721,13 +688,57 @@ MRC_HOT static void merge_range_locked(struct mrc_cache *c, void *domain, int64_
         for (struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, qf, ql); n;
              n = mrc_itree_iter_next(n, qf, ql)) {
             struct mrc_entry *e = (struct mrc_entry *)((char *)n - offsetof(struct mrc_entry, node));
-            grew |= merge_one(c, e, domain, iova_off, access, first, last);
+            grew |= merge_one(c, e, domain, iova_off, access, first, last, kin);
         }
         if (young_may_overlap(c, qf, ql))
             for (unsigned i = 0; i < LD(&c->nyoung); i++)
                 if (c->young[i].first <= ql && qf <= c->young[i].last)
-                    grew |= merge_one(c, c->young[i].e, domain, iova_off, access, first, last);
+                    grew |= merge_one(c, c->young[i].e, domain, iova_off, access, first, last, kin);
     }
+}
+
+/* The entry serving [first, last] for the key, or NULL. With rf set (a local request at
+ * iova == addr, rounded out to [*rf, *rl]), a miss also grows [*rf, *rl] as
+ * merge_range_locked does, and sets *kin if it saw an entry of the key. The lookup walks
+ * the merge's first window, which holds every entry that can serve the request, so a
+ * miss walks the tree once: each walk reads nodes off its search path too, cold ones
+ * for buffers registered out of address order (~50 ns a walk here). */
+MRC_HOT static struct mrc_entry *lookup_locked(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
+                                               int64_t iova_off, uint32_t access, uint64_t *rf, uint64_t *rl,
+                                               int *kin)
+{
+    uint64_t wf = first, wl = last, f = 0, l = 0;
+    int grew = 0;
+    if (rf) {
+        f = *rf;
+        l = *rl;
+        wf = f ? f - 1 : 0;
+        wl = l == UINT64_MAX ? l : l + 1;
+    }
+    if (young_may_overlap(c, wf, wl))
+        for (unsigned i = 0; i < LD(&c->nyoung); i++) {
+            if (c->young[i].last < wf || wl < c->young[i].first)
+                continue;
+            struct mrc_entry *e = c->young[i].e;
+            if (c->young[i].first <= first && last <= c->young[i].last &&
+                entry_serves(c, e, domain, first, last, iova_off, access))
+                return e;
+            if (rf)
+                grew |= merge_one(c, e, domain, iova_off, access, &f, &l, kin);
+        }
+    for (struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, wf, wl); n; n = mrc_itree_iter_next(n, wf, wl)) {
+        struct mrc_entry *e = (struct mrc_entry *)((char *)n - offsetof(struct mrc_entry, node));
+        if (entry_serves(c, e, domain, first, last, iova_off, access))
+            return e;
+        if (rf)
+            grew |= merge_one(c, e, domain, iova_off, access, &f, &l, kin);
+    }
+    if (grew) {
+        *rf = f;
+        *rl = l;
+        merge_range_locked(c, domain, iova_off, access, rf, rl, kin);
+    }
+    return NULL;
 }
 
 /* Takes e out of the tree if the new registration [rf, rl] of the same key covers it: it
@@ -797,7 +808,7 @@ static int get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64
                        int64_t iova_off, uint32_t access, struct mrc_entry **out)
 {
     void *reg;
-    int rc = reg_retry(c, domain, first, last, iova_off, access, &reg, NULL);
+    int rc = reg_retry(c, domain, first, last, iova_off, access, &reg);
     if (rc)
         return rc;
     struct mrc_entry *e = entry_new(c, domain, first, last, iova_off, access, reg);
@@ -833,9 +844,21 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
     if (e)
         goto hit;
 
+    /* Local-only registrations with iova == addr are rounded out to whole pages and, on
+     * a miss, merged with their neighbours; remote ones are registered byte-exact, since
+     * rounding or merging would let a peer reach bytes the program did not expose. */
+    int merge = !remote && iova_off == 0;
+    uint64_t qf = first, ql = last;
+    if (merge) {
+        uint64_t pm = c->p.page_size - 1;
+        qf &= ~pm;
+        ql = (ql | pm) < ql ? UINT64_MAX : (ql | pm);
+    }
+    uint64_t rf = qf, rl = ql;
+    int kin = 0;
     pthread_mutex_lock(&c->lock);
     settle_locked(c);   /* what drain left, finding the lock busy */
-    e = tree_lookup_locked(c, domain, first, last, iova_off, access);
+    e = lookup_locked(c, domain, first, last, iova_off, access, merge ? &rf : NULL, &rl, &kin);
     if (e) {
         __atomic_fetch_add(&e->ref, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&c->lock);
@@ -843,18 +866,8 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
         goto hit;
     }
 
-    /* Miss. Local-only registrations with iova == addr are rounded out to whole pages
-     * and merged with their neighbours; remote ones are registered byte-exact, since
-     * rounding or merging would let a peer reach bytes the program did not expose. */
-    uint64_t qf = first, ql = last;
-    if (!remote && iova_off == 0) {
-        uint64_t pm = c->p.page_size - 1;
-        qf &= ~pm;
-        ql = (ql | pm) < ql ? UINT64_MAX : (ql | pm);
-    }
-    uint64_t rf = qf, rl = ql;
-    if (!remote && iova_off == 0)
-        merge_range_locked(c, domain, iova_off, access, &rf, &rl);
+    /* Miss. */
+    uint64_t made0 = c->reg_made;
     uint64_t seq0 = __atomic_load_n(&c->inval_seq, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&c->misses, MRC_MISSES_BEGIN, __ATOMIC_SEQ_CST);
     struct mrc_entry *dead = take_deferred_locked(c);
@@ -868,14 +881,12 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
     }
 
     void *reg;
-    /* What the insertion touches first: the entry, and this thread's hint set. */
-    const void *warm[] = { e, &e->lru_next, &t->hint[hint_set(domain, first)], NULL };
-    int rc = reg_retry(c, domain, rf, rl, iova_off, access, &reg, warm);
+    int rc = reg_retry(c, domain, rf, rl, iova_off, access, &reg);
     if (rc && (rf != qf || rl != ql)) {
         /* The merged union did not fit: register just the request. */
         rf = qf;
         rl = ql;
-        rc = reg_retry(c, domain, rf, rl, iova_off, access, &reg, warm);
+        rc = reg_retry(c, domain, rf, rl, iova_off, access, &reg);
     }
     if (rc) {
         miss_done(c);
@@ -902,8 +913,10 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
         *out = e;
         return 0;
     }
-    if (!remote && iova_off == 0) {
-        /* Entries inside the union are superseded. */
+    if (merge && (kin || c->reg_made != made0 + 1)) {
+        /* Entries inside the union are superseded. Only an entry of the key that the
+         * lookup saw, or one registered since (counted in reg_made, like ours), can lie
+         * inside it: a miss with neither walks the tree once, not twice. */
         struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, rf, rl);
         while (n) {
             struct mrc_itree_node *next = mrc_itree_iter_next(n, rf, rl);

@@ -135,7 +135,6 @@ void mrc_itree_init(struct mrc_itree *t)
     t->root = NULL;
     t->count = 0;
     t->parked = 0;
-    t->npath = 0;
 }
 
 /* Restores the red-black rules after n was linked red below a node of the tree at
@@ -198,33 +197,22 @@ MRC_HOT void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n)
 {
     node_t *p = NULL;
     node_t **link = &t->root;
-    unsigned depth = 0;
 
     /* Every node on the descent path gains n in its subtree, so raise its
      * subtree_last now; the fixup rotations keep the values exact. */
     while (*link) {
         p = *link;
-        if (depth < MRC_ITREE_PATH)
-            __atomic_store_n(&t->path[depth++], p, __ATOMIC_RELAXED);
         if (p->subtree_last < n->last)
             p->subtree_last = n->last;
         /* Ties go right, so equal starts stay in insertion order. */
         link = n->start < p->start ? &p->left : &p->right;
     }
-    __atomic_store_n(&t->npath, depth, __ATOMIC_RELAXED);
     n->subtree_last = n->last;
     n->left = n->right = NULL;
     n->parent_color = (uintptr_t)p;   /* red */
     *link = n;
     t->count++;
     insert_fixup(&t->root, n);
-}
-
-MRC_HOT void mrc_itree_prefetch_insert(const struct mrc_itree *t)
-{
-    unsigned n = __atomic_load_n(&t->npath, __ATOMIC_RELAXED);
-    for (unsigned i = 0; i < n && i < MRC_ITREE_PATH; i++)
-        __builtin_prefetch(__atomic_load_n(&t->path[i], __ATOMIC_RELAXED), 1);
 }
 
 /* Restores the red-black rules after a black node was unlinked from above x, leaving
@@ -526,21 +514,17 @@ static void split(node_t *root, uint64_t bound, struct piece *lo, struct piece *
 
 /* ---- bulk insertion ---- */
 
-/* Walks t's rightmost (right set) or leftmost spine, recording it for
- * mrc_itree_prefetch_insert. Returns t's black height; *edge is the spine's last node
- * (t's last or first in order), NULL for an empty tree. */
-MRC_HOT static unsigned spine(struct mrc_itree *t, int right, node_t **edge)
+/* Walks t's rightmost (right set) or leftmost spine. Returns t's black height; *edge is
+ * the spine's last node (t's last or first in order), NULL for an empty tree. */
+MRC_HOT static unsigned spine(const struct mrc_itree *t, int right, node_t **edge)
 {
-    unsigned bh = 0, depth = 0;
+    unsigned bh = 0;
 
     *edge = NULL;
     for (node_t *n = t->root; n; n = right ? n->right : n->left) {
-        if (depth < MRC_ITREE_PATH)
-            __atomic_store_n(&t->path[depth++], n, __ATOMIC_RELAXED);
         bh += is_black(n);
         *edge = n;
     }
-    __atomic_store_n(&t->npath, depth, __ATOMIC_RELAXED);
     return bh;
 }
 

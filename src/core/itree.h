@@ -22,17 +22,10 @@ struct mrc_itree_node {
 _Static_assert(sizeof(struct mrc_itree_node) == 48, "itree node grew: it is per cache entry");
 #endif
 
-#define MRC_ITREE_PATH 48       /* the depth of a red-black tree of 2^24 nodes */
-
 struct mrc_itree {
     struct mrc_itree_node *root;
     size_t count;               /* nodes in the tree, and in runs parked and not yet walked */
     unsigned parked;            /* runs parked by mrc_itree_remove_range, not yet walked */
-    /* Private: the last insertion's descent, for mrc_itree_prefetch_insert. The nodes
-     * may since have left the tree: a prefetch never faults, and pool memory stays
-     * mapped. Written and read with relaxed atomics: the prefetch reads it unlocked. */
-    unsigned npath;
-    struct mrc_itree_node *path[MRC_ITREE_PATH];
 };
 
 /* Makes t empty. A zero-filled struct mrc_itree is also a valid empty tree. */
@@ -49,12 +42,6 @@ void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n);
  * O(log |t| + n log n) after the sort, instead of n descents from its root; otherwise
  * they go one by one, O(n log |t|). */
 void mrc_itree_insert_many(struct mrc_itree *t, struct mrc_itree_node **nodes, unsigned n);
-
-/* Prefetches the previous insertion's descent: consecutive insertions share its upper
- * levels, and after a system call (a registration) its pages would otherwise miss the
- * TLB one after another during the next insertion instead of together, ahead of it.
- * Needs no lock (it only issues prefetches of pointers it reads atomically). */
-void mrc_itree_prefetch_insert(const struct mrc_itree *t);
 
 /* Unlinks n, which must be in t. O(log n). n's private fields are then garbage; the
  * order of the remaining nodes is unchanged. */

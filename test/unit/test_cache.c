@@ -919,6 +919,40 @@ static void test_close_caches_nothing(void)
     mrc_cache_put(&cache, child);
 }
 
+/* Registers the second page of the range being registered, as another thread's miss
+ * would during the back-end call. */
+static struct mrc_entry *inner_got;
+static int register_inner(uint64_t addr, uint64_t len)
+{
+    (void)len;
+    inner_got = get(&dom_a, addr + PG, PG, LW);
+    return 0;
+}
+
+/* A miss whose lookup saw no entry of its key skips the superseding walk unless
+ * something was registered meanwhile: an entry of the key registered inside its range
+ * while its back-end call ran is still superseded, and stays valid for its user. */
+static void test_supersede_entry_made_during_registration(void)
+{
+    setup_hooked(1000, 1ull << 40);
+    mrc_stats_reset();
+    inner_got = NULL;
+    in_reg = register_inner;
+    struct mrc_entry *outer = get(&dom_a, 0x7100000, 4 * PG, LW);
+    CHECK(inner_got && inner_got != outer && fb.regs == 2);
+    CHECK(indexed() == 1 && cache.tree_count == 1);
+    struct mrc_stats_block s;
+    mrc_stats_sum(&s);
+    CHECK(s.v[MRC_STAT_MERGES] == 1);
+    CHECK(reg_of(inner_got)->live);
+    mrc_cache_put(&cache, inner_got);
+    CHECK(!reg_of(inner_got)->live);             /* its last release deregistered it */
+    struct mrc_entry *again = get(&dom_a, 0x7101000, PG, LW);
+    CHECK(again == outer && fb.regs == 2);
+    mrc_cache_put(&cache, again);
+    mrc_cache_put(&cache, outer);
+}
+
 /* Parks the 45 slots at 0x70000000. */
 static int park_45(uint64_t addr, uint64_t len)
 {
@@ -1397,6 +1431,7 @@ int main(void)
     RUN(test_domain_and_iova_offset_in_key);
     RUN(test_merge_adjacent_and_overlapping);
     RUN(test_no_merge_across_keys_or_remote);
+    RUN(test_supersede_entry_made_during_registration);
     RUN(test_young_entries);
     RUN(test_unmap_parks_run_and_takes_young);
     RUN(test_limit_entries_evicts_lru);
