@@ -473,14 +473,18 @@ static void w_unmap(void)
 
 /* ---- 6. miss overhead ---- */
 
-static void w_miss(void)
+static void w_miss(uint64_t stride, const char *key)
 {
     /* Batches of first registrations of fresh pages, alternating between the NIC alone
      * and the cache's miss path (register + release, as a program does); the cached
-     * MRs and the NIC's stay registered, so both grow the NIC's tables alike. */
+     * MRs and the NIC's stay registered, so both grow the NIC's tables alike. Each batch
+     * takes its slots in address order (stride 1) or in an odd stride's order, so that
+     * consecutive registrations land far apart, as a pool's buffers registered as they
+     * are first used do. */
     if (!sys_cached)
         return;   /* without a cache there is nothing on top */
     const uint64_t b = 1024;
+    char name[48];
     enum { R = 8 };
     char *base = slots_map(2 * R * b);
     touch_slots(base, 2 * R * b);
@@ -495,14 +499,14 @@ static void w_miss(void)
             if ((k ^ r) & 1) {
                 uint64_t r0 = nic_regs();
                 for (uint64_t i = 0; i < b; i++)
-                    sys_dereg(sys_reg(c + i * SLOT, SMALL));
+                    sys_dereg(sys_reg(c + (i * stride % b) * SLOT, SMALL));
                 tc = cpu_ns() - t0;
                 fc += minor_faults() - f0;
                 if (nic_regs() - r0 != b)
                     die("a miss did not register");
             } else {
                 for (uint64_t i = 0; i < b; i++)
-                    keep[kept++] = sys_nic_reg(a + i * SLOT, SMALL);
+                    keep[kept++] = sys_nic_reg(a + (i * stride % b) * SLOT, SMALL);
                 tn = cpu_ns() - t0;
                 fn += minor_faults() - f0;
             }
@@ -512,11 +516,14 @@ static void w_miss(void)
     }
     for (uint64_t i = 0; i < kept; i++)
         sys_nic_dereg(keep[i]);
-    put("miss_over", median(v, R));
-    put("miss_nic", median(nic, R));
+    snprintf(name, sizeof(name), "%s_over", key);
+    put(name, median(v, R));
+    snprintf(name, sizeof(name), "%s_nic", key);
+    put(name, median(nic, R));
     /* Page faults per registration, beyond pinning: fresh memory the path touches. On
      * a VM where a first touch is dear, these explain much of the overhead. */
-    put("miss_faults_over", ((double)fc - (double)fn) / (double)(R * b));
+    snprintf(name, sizeof(name), "%s_faults_over", key);
+    put(name, ((double)fc - (double)fn) / (double)(R * b));
 }
 
 /* ---- 7. memory per cached entry ---- */
@@ -551,7 +558,7 @@ int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: %s SYSTEM WORKLOAD\n  SYSTEM: nocache|mrcache (verbs binary), ucx\n"
-                        "  WORKLOAD: hit threads msg1m msg16m tax-malloc tax-munmap unmap miss memory\n",
+                        "  WORKLOAD: hit threads msg1m msg16m tax-malloc tax-munmap unmap miss miss-scattered memory\n",
                 argv[0]);
         return 2;
     }
@@ -580,7 +587,9 @@ int main(int argc, char **argv)
         else if (!strcmp(w, "unmap"))
             w_unmap();
         else if (!strcmp(w, "miss"))
-            w_miss();
+            w_miss(1, "miss");
+        else if (!strcmp(w, "miss-scattered"))
+            w_miss(389, "miss_sc");   /* odd, so a permutation of the batch: 3 MiB apart */
         else if (!strcmp(w, "memory"))
             w_memory();
         else {

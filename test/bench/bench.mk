@@ -2,6 +2,7 @@
 # preloaded and (c) UCX's rcache, alternated by test/bench/run-bench.sh; the table goes to
 # stdout, $(BUILD)/bench/results.json and results.md. Not part of `make test`. UCX's
 # headers are checked (and installed) by the bench-deps step before anything is built.
+# `make bench-ladder` splits row 6 (see ladder.sh).
 
 BENCH_DIR  := $(BUILD)/bench
 BENCH_BINS := $(BENCH_DIR)/bench_verbs $(BENCH_DIR)/bench_ucx $(BENCH_DIR)/bench_report
@@ -9,7 +10,7 @@ BENCH_BINS := $(BENCH_DIR)/bench_verbs $(BENCH_DIR)/bench_ucx $(BENCH_DIR)/bench
 BENCH_UCX_CFLAGS = $(shell pkg-config --cflags ucx-ucs 2>/dev/null)
 BENCH_UCX_LIBS   = $(shell pkg-config --libs ucx-ucs 2>/dev/null || echo -lucs -lucm)
 
-.PHONY: bench-deps bench-compare
+.PHONY: bench-deps bench-compare bench-ladder
 bench-deps:
 	@scripts/install-deps.sh --bench
 
@@ -29,3 +30,10 @@ $(BENCH_DIR)/bench_report: test/bench/bench_report.c | $(DEPS_STAMP)
 bench-compare: $(LIB) $(SNIC_DEPS) $(BENCH_BINS)
 	test/bench/run-bench.sh $(BUILD)
 bench: bench-compare
+
+# Row 6's ladder: the miss workload through libmrcache built with ever less of its miss
+# path (test/bench/ladder.patch), beside UCX. Separate from `make bench`: it builds six
+# libraries in a scratch worktree.
+TEST_CMDS += "test/bench/ladder.sh --check"
+bench-ladder: $(SNIC_DEPS) $(BENCH_DIR)/bench_verbs $(BENCH_DIR)/bench_ucx
+	test/bench/ladder.sh $(BUILD)

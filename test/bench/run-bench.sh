@@ -71,6 +71,7 @@ alt tax-malloc $((REPS * 4)) "nocache mrcache"
 alt tax-munmap $((REPS * 4)) "nocache mrcache"
 alt unmap $((REPS * 2)) "nocache mrcache ucx"
 alt miss $((REPS * 4)) "mrcache ucx"
+alt miss-scattered $((REPS * 4)) "mrcache ucx"
 alt memory "$REPS" "nocache mrcache ucx"
 load_end=$(cut -d' ' -f1 /proc/loadavg)
 
