@@ -204,6 +204,7 @@ static double hit_measure(char *const *bufs, unsigned nbufs)
 }
 
 #define ROTATE 16
+#define ROTATE_MANY 4096
 
 static void w_hit(void)
 {
@@ -231,6 +232,17 @@ static void w_hit(void)
         sys_dereg(sys_reg(bufs[i], HOT_LEN));
     }
     put("hit16_1m", hit_measure(bufs, ROTATE));
+    /* And through thousands, far more than a thread's hints hold, each 389 buffers
+     * (50 MiB) after the one before, as a program with a large pool of buffers does. */
+    char *many = map((uint64_t)ROTATE_MANY * 2 * HOT_LEN), **mbufs = calloc(ROTATE_MANY, sizeof(char *));
+    if (!mbufs)
+        die("calloc");
+    for (unsigned i = 0; i < ROTATE_MANY; i++) {
+        mbufs[i] = many + (uint64_t)(i * 389u % ROTATE_MANY) * 2 * HOT_LEN;
+        memset(mbufs[i], 1, HOT_LEN);
+        sys_dereg(sys_reg(mbufs[i], HOT_LEN));
+    }
+    put("hit4k_1m", hit_measure(mbufs, ROTATE_MANY));
     /* Exit without unregistering a million MRs one by one (seconds, and nothing of what
      * is measured): the kernel releases the pins with the process. */
     fflush(stdout);

@@ -125,6 +125,7 @@ static void build(void)
         { "hit_10k", "1. hit, 64 KiB, 10k entries" },
         { "hit_1m", "1. hit, 64 KiB, 1M entries" },
         { "hit16_1m", "1. hit, 16 buffers in turn, 1M entries" },
+        { "hit4k_1m", "1. hit, 4096 buffers in turn, 1M entries" },
     };
     for (unsigned i = 0; i < sizeof(hits) / sizeof(hits[0]); i++) {
         struct row *r = row_new(hits[i].name, "ns/op");
@@ -232,8 +233,8 @@ static void print_table(FILE *f, int md, const char *machine)
         fprintf(f, "\nMedians of alternated processes per system; each process reports the median of its "
                    "rounds. Times are the measuring thread's CPU time (kernel time included). (c) is "
                    "UCX's ucs_rcache used as a library over the same software NIC, its hooks off. "
-                   "Row 1 (16 buffers) cycles through more buffers than libmrcache's per-thread hints "
-                   "hold. Row 2 gives each system's two-thread figure and its ratio to one thread. "
+                   "Row 1 (16 buffers) cycles through buffers in turn; with 4096, through more than "
+                   "a thread's hints hold (64), 389 buffers apart. Row 2 gives each system's two-thread figure and its ratio to one thread. "
                    "Row 3 models the NIC's cost as 16 us + 0.06 ns/B. Row 5 is the munmap through the "
                    "cache's unmap path minus a raw munmap of as many pinned pages of a second area, "
                    "per entry, the areas' roles and the order swapped in turn; (a), with no hook at "

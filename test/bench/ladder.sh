@@ -5,7 +5,8 @@
 # UCX's rcache in alternated processes. Prints each one's median overhead and its ratio
 # to UCX's from the same run. The levels above 0 are not correct caches (3 and up are
 # not even thread-safe): they bound what any miss path of this shape can reach.
-# Usage: [LADDER_REPS=n] test/bench/ladder.sh [BUILD]   (or make bench-ladder; n: 40)
+# Usage: [LADDER_REPS=n] [LADDER_WORKLOAD=miss|miss-scattered] test/bench/ladder.sh [BUILD]
+#        (or make bench-ladder; n: 40)
 #        test/bench/ladder.sh --check   (part of make test: the patch still applies)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -21,6 +22,12 @@ if [ "${1:-}" = --check ]; then
 fi
 BUILD=${1:-build}
 REPS=${LADDER_REPS:-40}
+W=${LADDER_WORKLOAD:-miss}
+case $W in
+miss) KEY=miss_over ;;
+miss-scattered) KEY=miss_sc_over ;;
+*) echo "ladder.sh: LADDER_WORKLOAD is miss or miss-scattered" >&2; exit 2 ;;
+esac
 B=$BUILD/bench
 for f in "$B/bench_verbs" "$B/bench_ucx"; do
     [ -x "$f" ] || { echo "ladder.sh: $f missing: run make bench-ladder" >&2; exit 1; }
@@ -53,15 +60,15 @@ for ((i = 0; i < REPS; i++)); do
         s=${systems[$(((i + j) % ${#systems[@]}))]}   # the order rotates every round
         if [ "$s" = ucx ]; then
             env UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MALLOC_RELOC=n \
-                "${NICE[@]}" "$B/bench_ucx" ucx miss
+                "${NICE[@]}" "$B/bench_ucx" ucx "$W"
         else
-            env LD_PRELOAD="$WT/b$s/libmrcache.so" MRCACHE_STATS=off "${NICE[@]}" "$B/bench_verbs" mrcache miss
-        fi | awk '$1 == "miss_over" {print $2}' >>"$out/$s"
+            env LD_PRELOAD="$WT/b$s/libmrcache.so" MRCACHE_STATS=off "${NICE[@]}" "$B/bench_verbs" mrcache "$W"
+        fi | awk -v k="$KEY" '$1 == k {print $2}' >>"$out/$s"
     done
 done
 median() { sort -g "$1" | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 ucx=$(median "$out/ucx")
-printf '%-40s %9s %9s\n' "miss overhead, $REPS processes each" "ns" "x UCX"
+printf '%-40s %9s %9s\n' "$W overhead, $REPS processes each" "ns" "x UCX"
 printf '%-40s %9.1f %9s\n' "UCX rcache" "$ucx" "1.000"
 for n in 0 1 2 3 4 5; do
     m=$(median "$out/$n")

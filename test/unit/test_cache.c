@@ -856,6 +856,85 @@ static void test_parked_run_never_served_by_hints(void)
     CHECK(fb.live == 0 && cache.nparked == 0);
 }
 
+/* Shared hints: a thread cycling through more buffers than its own hints hold leaves
+ * each in the cache's shared hints, and a thread of its own (no hints yet) is then
+ * served there without the lock, which the test holds; one that was invalidated, or
+ * belongs to the cache a forked child forgot, is never served from them. */
+enum { SHARED_N = 300 };
+static uint64_t shared_addr(unsigned i)
+{
+    return 0x58000000 + (uint64_t)i * 2 * PG;
+}
+
+static struct mrc_entry *shared_got;
+static int shared_done;
+
+static void *shared_user(void *arg)
+{
+    shared_got = get(&dom_a, shared_addr((unsigned)(uintptr_t)arg), PG, LW);
+    __atomic_store_n(&shared_done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* Gets buffer i on a thread of its own while holding the cache lock for up to wait_ms
+ * (a served get takes microseconds): whether it finished while the lock was held. */
+static int got_without_lock(unsigned i, int wait_ms)
+{
+    pthread_t u;
+    shared_done = 0;
+    shared_got = NULL;
+    pthread_mutex_lock(&cache.lock);
+    pthread_create(&u, NULL, shared_user, (void *)(uintptr_t)i);
+    for (int k = 0; k < wait_ms && !__atomic_load_n(&shared_done, __ATOMIC_SEQ_CST); k++) {
+        struct timespec ms = { 0, 1000 * 1000 };
+        nanosleep(&ms, NULL);
+    }
+    int done = __atomic_load_n(&shared_done, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&cache.lock);
+    pthread_join(u, NULL);
+    return done;
+}
+
+static void test_shared_hints(void)
+{
+    setup();
+    CHECK(cache.shared != NULL && !cache.shared_used);
+    for (unsigned i = 0; i < SHARED_N; i++)
+        mrc_cache_put(&cache, get(&dom_a, shared_addr(i), PG, LW));
+    mrc_cache_drain(&cache);
+    CHECK(!cache.shared_used);                  /* misses set none */
+    struct mrc_entry *first[SHARED_N];
+    for (unsigned i = 0; i < SHARED_N; i++) {   /* hits the tree answers */
+        first[i] = get(&dom_a, shared_addr(i), PG, LW);
+        mrc_cache_put(&cache, first[i]);
+    }
+    CHECK(cache.shared_used && fb.regs == SHARED_N);
+    unsigned served = 0;
+    for (unsigned i = 0; i < SHARED_N; i += 37)
+        if (got_without_lock(i, 10000)) {
+            served += shared_got == first[i];
+            mrc_cache_put(&cache, shared_got);
+        }
+    CHECKF(served == (SHARED_N + 36) / 37, "%u served without the lock", served);
+    CHECK(fb.regs == SHARED_N);
+    /* Invalidated while a user holds it (so it is alive, out of the tree): a fresh
+     * thread registers anew (it waits for the lock to do so). */
+    struct mrc_entry *held = get(&dom_a, shared_addr(5), PG, LW);
+    struct fake_reg *old = reg_of(held);
+    CHECK(held == first[5]);
+    mrc_cache_invalidate(&cache, shared_addr(5), PG, MRC_INVAL_MUNMAP);
+    CHECK(!got_without_lock(5, 200) && shared_got && shared_got != held && reg_of(shared_got) != old);
+    CHECK(fb.regs == SHARED_N + 1 && old->live);
+    mrc_cache_put(&cache, shared_got);
+    mrc_cache_put(&cache, held);
+    CHECK(!old->live);
+    /* A forked child's cache starts with no shared hints: nothing of the parent's serves. */
+    mrc_cache_forget(&cache);
+    CHECK(!cache.shared_used);
+    CHECK(!got_without_lock(37, 200) && shared_got && shared_got != first[37]);
+    mrc_cache_put(&cache, shared_got);
+}
+
 /* A back-end that runs in_reg (once) while it registers, as an unmap on another thread
  * or a nested lookup would; a non-zero return fails the registration with it. */
 static int (*in_reg)(uint64_t addr, uint64_t len);
@@ -1461,6 +1540,7 @@ int main(void)
     RUN(test_invalidate_bulk_in_use_and_idle);
     RUN(test_invalidate_everything_at_once);
     RUN(test_parked_run_never_served_by_hints);
+    RUN(test_shared_hints);
     RUN(test_parked_slots_full_flush_and_evict);
     RUN(test_unmapped_while_registering_is_private);
     RUN(test_pool_reserve_used_before_fresh_chunks);
