@@ -935,6 +935,55 @@ static void test_shared_hints(void)
     mrc_cache_put(&cache, shared_got);
 }
 
+/* A pool of 4096 buffers 128 KiB apart, each used twice (the second time the tree
+ * answers): a thread of its own then gets every one of them while the test holds the
+ * lock. Their shared hints must all be there: 2 per set, no third one pushing one out
+ * (a hash of the page alone crowded them into 2284 sets). */
+enum { POOL_N = 4096 };
+static uint64_t pool_addr(unsigned i)
+{
+    return 0x100000000ull + (uint64_t)i * 32 * PG;
+}
+
+static int pool_done;
+static unsigned pool_at;
+static struct mrc_entry *pool_got[POOL_N];
+
+/* Only gets: a release may take the lock (every 16th LRU move). */
+static void *pool_user(void *arg)
+{
+    (void)arg;
+    for (unsigned i = 0; i < POOL_N; i++) {
+        __atomic_store_n(&pool_at, i, __ATOMIC_SEQ_CST);
+        pool_got[i] = get(&dom_a, pool_addr(i), 16 * PG, LW);
+    }
+    __atomic_store_n(&pool_done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void test_shared_hints_hold_a_pool(void)
+{
+    setup_with(100000, 1ull << 40, MRC_REMOTE_EXACT);
+    for (int pass = 0; pass < 2; pass++)
+        for (unsigned i = 0; i < POOL_N; i++)
+            mrc_cache_put(&cache, get(&dom_a, pool_addr(i), 16 * PG, LW));
+    CHECK(fb.regs == POOL_N);
+    pthread_t u;
+    pool_done = 0;
+    pthread_mutex_lock(&cache.lock);
+    pthread_create(&u, NULL, pool_user, NULL);
+    for (int k = 0; k < 10000 && !__atomic_load_n(&pool_done, __ATOMIC_SEQ_CST); k++) {
+        struct timespec ms = { 0, 1000 * 1000 };
+        nanosleep(&ms, NULL);
+    }
+    CHECKF(__atomic_load_n(&pool_done, __ATOMIC_SEQ_CST), "stopped at %u", pool_at);
+    pthread_mutex_unlock(&cache.lock);
+    pthread_join(u, NULL);
+    CHECK(fb.regs == POOL_N);
+    for (unsigned i = 0; i < POOL_N; i++)
+        mrc_cache_put(&cache, pool_got[i]);
+}
+
 /* A back-end that runs in_reg (once) while it registers, as an unmap on another thread
  * or a nested lookup would; a non-zero return fails the registration with it. */
 static int (*in_reg)(uint64_t addr, uint64_t len);
@@ -1541,6 +1590,7 @@ int main(void)
     RUN(test_invalidate_everything_at_once);
     RUN(test_parked_run_never_served_by_hints);
     RUN(test_shared_hints);
+    RUN(test_shared_hints_hold_a_pool);
     RUN(test_parked_slots_full_flush_and_evict);
     RUN(test_unmapped_while_registering_is_private);
     RUN(test_pool_reserve_used_before_fresh_chunks);
