@@ -110,11 +110,6 @@ int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p)
     memset(c, 0, sizeof(*c));
     c->p = *p;
     c->id = __atomic_fetch_add(&next_cache_id, 1, __ATOMIC_RELAXED);
-    /* Always a new table, never one a forked parent filled: its entries are not ours.
-     * Pages are touched as slots are used; without the mapping, lookups go to the tree. */
-    int saved = errno;   /* a forked child's fork() returns with the caller's errno */
-    c->shared = mrc_raw_map(2 * SHARED_SETS * sizeof(struct mrc_hint), MAP_NORESERVE);
-    errno = saved;
     pthread_mutex_init(&c->lock, NULL);
     mrc_itree_init(&c->tree);
     c->lru.lru_next = c->lru.lru_prev = &c->lru;
@@ -310,9 +305,33 @@ MRC_HOT static struct mrc_entry *hint_lookup(struct mrc_cache *c, struct mrc_thr
  * and the entry read. Any thread writes them, each field with a relaxed store, so a
  * reader may see one slot's page with another's entry: hint_try checks the entry
  * itself, as it does a thread's stale hint. Misses add none: a buffer registered once
- * costs no store, and the table's pages are touched only by buffers used again. Until the
- * first one is set, lookups read none: a program that only misses pays nothing (a probe
- * of the cold table costs a miss ~15 ns). */
+ * costs no store, and the table's pages are touched only by buffers used again. The table
+ * is mapped when the first is set (a program that never reuses a buffer maps none, and
+ * a forked child, whose cache starts anew, never reads its parent's); until then lookups
+ * read none, so a program that only misses pays nothing (a probe of the cold table
+ * costs a miss ~15 ns). */
+
+#define SHARED_BYTES (2 * SHARED_SETS * sizeof(struct mrc_hint))
+
+/* The table, mapped by the first caller that needs it (a racing one unmaps its own), or
+ * NULL without memory: the hints are then skipped. */
+MRC_HOT static struct mrc_hint *shared_table(struct mrc_cache *c)
+{
+    struct mrc_hint *tab = __atomic_load_n(&c->shared, __ATOMIC_ACQUIRE);
+    if (tab)
+        return tab;
+    int saved = errno;
+    tab = mrc_raw_map(SHARED_BYTES, MAP_NORESERVE);
+    errno = saved;
+    if (!tab)
+        return NULL;
+    struct mrc_hint *none = NULL;
+    if (!__atomic_compare_exchange_n(&c->shared, &none, tab, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        mrc_raw_unmap(tab, SHARED_BYTES);
+        tab = none;
+    }
+    return tab;
+}
 
 MRC_HOT static unsigned shared_set(const void *domain, uint64_t first)
 {
@@ -326,9 +345,10 @@ MRC_HOT static unsigned shared_set(const void *domain, uint64_t first)
 MRC_HOT static struct mrc_entry *shared_lookup(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
                                                int64_t iova_off, uint32_t access)
 {
-    if (!LD(&c->shared_used))
+    struct mrc_hint *tab = __atomic_load_n(&c->shared, __ATOMIC_ACQUIRE);
+    if (!tab)
         return NULL;
-    struct mrc_hint *set = &c->shared[shared_set(domain, first)];
+    struct mrc_hint *set = &tab[shared_set(domain, first)];
     for (int i = 0; i < 2; i++) {
         struct mrc_hint h = { LD(&set[i].page), LD(&set[i].e) };
         struct mrc_entry *e = hint_try(c, &h, domain, first, last, iova_off, access);
@@ -340,14 +360,13 @@ MRC_HOT static struct mrc_entry *shared_lookup(struct mrc_cache *c, void *domain
 
 MRC_HOT static void shared_add(struct mrc_cache *c, struct mrc_entry *e, const void *domain, uint64_t first)
 {
-    if (!c->shared)
+    struct mrc_hint *tab = shared_table(c);
+    if (!tab)
         return;
-    struct mrc_hint *set = &c->shared[shared_set(domain, first)];
+    struct mrc_hint *set = &tab[shared_set(domain, first)];
     uint64_t page = first >> 12;
     if (LD(&set[0].e) == e && LD(&set[0].page) == page)
         return;
-    if (!LD(&c->shared_used))
-        ST(&c->shared_used, 1u);
     /* The newer one goes first, the older one moves to the second way. */
     ST(&set[1].page, LD(&set[0].page));
     ST(&set[1].e, LD(&set[0].e));

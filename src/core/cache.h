@@ -82,12 +82,11 @@ struct mrc_entry {
 #define MRC_LINE __attribute__((aligned(64)))
 
 struct mrc_cache {
-    /* Read on every call, written only at init (shared_used: once). */
+    /* Read on every call, written only at init (shared: once, when first used). */
     struct mrc_cache_params p;
     uint64_t id;                  /* tells threads' lookup hints which cache they belong to */
-    struct mrc_hint *shared;      /* hints any thread may use (cache.c), or NULL */
+    struct mrc_hint *shared;      /* hints any thread may use (cache.c); NULL until the first */
     uint32_t active;              /* set by the first get: until then invalidation is free */
-    uint32_t shared_used;         /* set by the first shared hint: until then none is read */
     /* Read on every call, written when invalidations defer or drains run. */
     uint64_t ndeferred MRC_LINE;
     uint64_t deferred_bytes;

@@ -18,4 +18,9 @@ static inline void *mrc_raw_map(size_t len, int flags)
     return r == -1 ? NULL : (void *)r;
 }
 
+static inline void mrc_raw_unmap(void *p, size_t len)
+{
+    syscall(SYS_munmap, p, len);
+}
+
 #endif

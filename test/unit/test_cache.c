@@ -898,17 +898,17 @@ static int got_without_lock(unsigned i, int wait_ms)
 static void test_shared_hints(void)
 {
     setup();
-    CHECK(cache.shared != NULL && !cache.shared_used);
+    CHECK(cache.shared == NULL);
     for (unsigned i = 0; i < SHARED_N; i++)
         mrc_cache_put(&cache, get(&dom_a, shared_addr(i), PG, LW));
     mrc_cache_drain(&cache);
-    CHECK(!cache.shared_used);                  /* misses set none */
+    CHECK(cache.shared == NULL);                /* misses set none */
     struct mrc_entry *first[SHARED_N];
     for (unsigned i = 0; i < SHARED_N; i++) {   /* hits the tree answers */
         first[i] = get(&dom_a, shared_addr(i), PG, LW);
         mrc_cache_put(&cache, first[i]);
     }
-    CHECK(cache.shared_used && fb.regs == SHARED_N);
+    CHECK(cache.shared != NULL && fb.regs == SHARED_N);
     unsigned served = 0;
     for (unsigned i = 0; i < SHARED_N; i += 37)
         if (got_without_lock(i, 10000)) {
@@ -930,7 +930,7 @@ static void test_shared_hints(void)
     CHECK(!old->live);
     /* A forked child's cache starts with no shared hints: nothing of the parent's serves. */
     mrc_cache_forget(&cache);
-    CHECK(!cache.shared_used);
+    CHECK(cache.shared == NULL);
     CHECK(!got_without_lock(37, 200) && shared_got && shared_got != first[37]);
     mrc_cache_put(&cache, shared_got);
 }
