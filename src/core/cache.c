@@ -3,7 +3,8 @@
  * held across a back-end call. Hits avoid it: a thread's hints (recent entries), then
  * the cache's shared hints (entries the tree served), are taken with
  * increment-unless-zero, then checked to still serve the request and be in the tree,
- * outside any parked range (entries are type-stable: a stale hint is safe to read). The tree holds one reference; whoever drops the count to 0 owns the dead entry
+ * outside any parked range (entries are type-stable: a stale hint is safe to read).
+ * The tree holds one reference; whoever drops the count to 0 owns the dead entry
  * (deregisters it, or defers that inside a hook). A parked run keeps its entries'
  * IN_TREE and tree reference until a get, drain, flush or gauge read settles it. The
  * newest entries are young (cache.h): findable like the tree's, held outside it until
@@ -318,18 +319,18 @@ MRC_HOT static struct mrc_entry *hint_lookup(struct mrc_cache *c, struct mrc_thr
 MRC_HOT static struct mrc_hint *shared_table(struct mrc_cache *c)
 {
     struct mrc_hint *tab = __atomic_load_n(&c->shared, __ATOMIC_ACQUIRE);
-    if (tab)
+    if (tab || LD(&c->shared_failed))
         return tab;
     int saved = errno;
     tab = mrc_raw_map(SHARED_BYTES, MAP_NORESERVE);
-    errno = saved;
-    if (!tab)
-        return NULL;
     struct mrc_hint *none = NULL;
-    if (!__atomic_compare_exchange_n(&c->shared, &none, tab, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    if (!tab) {
+        ST(&c->shared_failed, 1u);   /* tried once: lookups go to the tree from now on */
+    } else if (!__atomic_compare_exchange_n(&c->shared, &none, tab, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         mrc_raw_unmap(tab, SHARED_BYTES);
         tab = none;
     }
+    errno = saved;
     return tab;
 }
 
@@ -524,6 +525,17 @@ MRC_HOT static void settle_locked(struct mrc_cache *c)
     __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);
 }
 
+/* Publishes [first, last] as an invalidation begun now, for the race checks of misses
+ * that read inval_seq before it (raced_locked). */
+static void announce(struct mrc_cache *c, uint64_t first, uint64_t last)
+{
+    uint64_t s = __atomic_fetch_add(&c->inval_seq, 1, __ATOMIC_SEQ_CST);
+    __typeof__(c->ring[0]) *slot = &c->ring[s % MRC_INVAL_RING];
+    ST(&slot->first, first);
+    ST(&slot->last, last);
+    __atomic_store_n(&slot->seq, s + 1, __ATOMIC_RELEASE);
+}
+
 uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
                                enum mrc_inval_cause cause)
 {
@@ -531,11 +543,7 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
         return 0;
     uint64_t first = addr, last = addr + len - 1 < addr ? UINT64_MAX : addr + len - 1;
     /* Publish the range first, so that a miss registering concurrently learns of it. */
-    uint64_t s = __atomic_fetch_add(&c->inval_seq, 1, __ATOMIC_SEQ_CST);
-    __typeof__(c->ring[0]) *slot = &c->ring[s % MRC_INVAL_RING];
-    ST(&slot->first, first);
-    ST(&slot->last, last);
-    __atomic_store_n(&slot->seq, s + 1, __ATOMIC_RELEASE);
+    announce(c, first, last);
     /* A miss that read the sequence after our increment cannot see our range: the
      * ticket lets mrc_cache_unmap_done tell whether one overlapped the unmap. */
     uint64_t m = __atomic_load_n(&c->misses, __ATOMIC_SEQ_CST);
@@ -549,6 +557,13 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
     struct mrc_itree_node *run = NULL;
     uint64_t n = 0;
     pthread_mutex_lock(&c->lock);
+    /* A miss that held the lock between our announcement and now read inval_seq after
+     * it, and may have merged an entry we are about to take into a registration of its
+     * own neighbouring buffer: that registration, made after we return, would pin the
+     * pages being unmapped and be found at their address. Announced again, the range is
+     * in its race check, and the registration stays private to its caller. */
+    if (__atomic_load_n(&c->misses, __ATOMIC_SEQ_CST) & MRC_MISSES_INFLIGHT_MASK)
+        announce(c, first, last);
     if (young_may_overlap(c, first, last))
         for (unsigned i = LD(&c->nyoung); i-- > 0;)
             if (c->young[i].first <= last && first <= c->young[i].last) {
@@ -861,12 +876,11 @@ static struct mrc_entry *entry_new(struct mrc_cache *c, void *domain, uint64_t f
     return e;
 }
 
-/* A miss's entry, taken before its registration from the thread's spares (its lines
- * are prefetched when the registration returns: see backend_reg). They go out in the
- * pool's ascending order, so buffers registered in address order get entries in address
- * order, and a walk over a run of them (settling a parked run) reads memory forwards, as
- * the hardware prefetcher follows (measured when the unmap hook itself walked its runs:
- * 35-65 -> 20-33 ns per entry for 16k entries). */
+/* A miss's entry, taken before its registration from the thread's spares. They go out
+ * in the pool's ascending order, so buffers registered in address order get entries in
+ * address order, and a walk over a run of them (settling a parked run) reads memory
+ * forwards, as the hardware prefetcher follows (measured when the unmap hook itself
+ * walked its runs: 35-65 -> 20-33 ns per entry for 16k entries). */
 MRC_HOT static struct mrc_entry *entry_alloc(struct mrc_cache *c, struct mrc_thread_state *t)
 {
     if (t->spare_next == t->spare_end) {
@@ -1109,11 +1123,16 @@ void mrc_cache_close(struct mrc_cache *c, enum mrc_inval_cause cause)
 void mrc_cache_forget(struct mrc_cache *c)
 {
     /* The entries' memory stays behind in the old pool: a forked child may still hold
-     * handles pointing at them, and must never deregister them. */
+     * handles pointing at them, and must never deregister them. The shared hints point
+     * only at those entries: their table goes (its pages the parent wrote would stay
+     * copied in the child). */
     struct mrc_cache_params p = c->p;
     int closed = c->closed;
+    struct mrc_hint *shared = c->shared;
     mrc_cache_init(c, &p);
     c->closed = closed;   /* the child inherits the reason it was closed */
+    if (shared)
+        mrc_raw_unmap(shared, SHARED_BYTES);
 }
 
 void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_cache_gauges *g)

@@ -86,6 +86,7 @@ struct mrc_cache {
     struct mrc_cache_params p;
     uint64_t id;                  /* tells threads' lookup hints which cache they belong to */
     struct mrc_hint *shared;      /* hints any thread may use (cache.c); NULL until the first */
+    uint32_t shared_failed;       /* their table could not be mapped: not tried again */
     uint32_t active;              /* set by the first get: until then invalidation is free */
     /* Read on every call, written when invalidations defer or drains run. */
     uint64_t ndeferred MRC_LINE;

@@ -1081,6 +1081,74 @@ static void test_supersede_entry_made_during_registration(void)
     mrc_cache_put(&cache, outer);
 }
 
+/* A miss that merges an entry an unmap has begun to take. The unmap has announced its
+ * range and waits for the lock, which the miss (queued first) takes: its lookup still
+ * finds the neighbour's entry and merges it. Its registration then pins the neighbour's
+ * pages after the unmap's begin returned and before the munmap (gen counts the page's
+ * mappings). Once the munmap is done, a registration of the neighbour's address on
+ * another thread, before the unmap's done, must not be handed that registration. (The
+ * order of the two waiters is the lock's: if the unmap went first, nothing merges and
+ * the test checks nothing.) */
+static uint64_t mu_gen, mu_pinned_gen;
+static int mu_begun, mu_munmapped;
+static struct mrc_entry *mu_got;
+
+static int mu_pin(uint64_t addr, uint64_t len)
+{
+    (void)addr, (void)len;
+    while (!__atomic_load_n(&mu_begun, __ATOMIC_SEQ_CST))
+        sched_yield();
+    mu_pinned_gen = __atomic_load_n(&mu_gen, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+static void *mu_miss(void *arg)
+{
+    (void)arg;
+    mu_got = get(&dom_a, 0x7300000, PG, LW);
+    return NULL;
+}
+
+static void *mu_unmap(void *arg)
+{
+    (void)arg;
+    uint64_t t = mrc_cache_unmap_begin(&cache, 0x7301000, PG, MRC_INVAL_MUNMAP);
+    __atomic_store_n(&mu_begun, 1, __ATOMIC_SEQ_CST);
+    while (!__atomic_load_n(&mu_munmapped, __ATOMIC_SEQ_CST))
+        sched_yield();
+    mrc_cache_unmap_done(&cache, t, 0x7301000, PG, MRC_INVAL_MUNMAP);
+    return NULL;
+}
+
+static void test_merge_across_an_unmap_begun(void)
+{
+    setup_hooked(1000, 1ull << 40);
+    mu_gen = mu_pinned_gen = 0;
+    mu_begun = mu_munmapped = 0;
+    mrc_cache_put(&cache, get(&dom_a, 0x7301000, PG, LW));
+    in_reg = mu_pin;
+    pthread_t m, u;
+    struct timespec ms = { 0, 20 * 1000 * 1000 };
+    pthread_mutex_lock(&cache.lock);
+    uint64_t s0 = __atomic_load_n(&cache.inval_seq, __ATOMIC_SEQ_CST);
+    pthread_create(&m, NULL, mu_miss, NULL);
+    nanosleep(&ms, NULL);
+    pthread_create(&u, NULL, mu_unmap, NULL);
+    while (__atomic_load_n(&cache.inval_seq, __ATOMIC_SEQ_CST) == s0)
+        sched_yield();
+    nanosleep(&ms, NULL);
+    pthread_mutex_unlock(&cache.lock);
+    pthread_join(m, NULL);
+    __atomic_fetch_add(&mu_gen, 1, __ATOMIC_SEQ_CST);   /* the munmap */
+    struct mrc_entry *h = get(&dom_a, 0x7301000, PG, LW);
+    CHECKF(!(h == mu_got && mu_pinned_gen < mu_gen), "served [%#llx, +%llu), pinned before the munmap",
+           (unsigned long long)mrc_entry_start(h), (unsigned long long)mrc_entry_len(h));
+    mrc_cache_put(&cache, h);
+    __atomic_store_n(&mu_munmapped, 1, __ATOMIC_SEQ_CST);
+    pthread_join(u, NULL);
+    mrc_cache_put(&cache, mu_got);
+}
+
 /* Parks the 45 slots at 0x70000000. */
 static int park_45(uint64_t addr, uint64_t len)
 {
@@ -1560,6 +1628,7 @@ int main(void)
     RUN(test_merge_adjacent_and_overlapping);
     RUN(test_no_merge_across_keys_or_remote);
     RUN(test_supersede_entry_made_during_registration);
+    RUN(test_merge_across_an_unmap_begun);
     RUN(test_young_entries);
     RUN(test_unmap_parks_run_and_takes_young);
     RUN(test_limit_entries_evicts_lru);
