@@ -878,21 +878,28 @@ static void *shared_user(void *arg)
 
 /* Gets buffer i on a thread of its own while holding the cache lock for up to wait_ms
  * (a served get takes microseconds): whether it finished while the lock was held. */
-static int got_without_lock(unsigned i, int wait_ms)
+/* Runs fn(arg) on a thread of its own while holding the cache lock for up to wait_ms,
+ * or until fn sets *done: whether it did while the lock was held. */
+static int done_while_locked(void *(*fn)(void *), void *arg, int *done, int wait_ms)
 {
     pthread_t u;
-    shared_done = 0;
-    shared_got = NULL;
+    __atomic_store_n(done, 0, __ATOMIC_SEQ_CST);
     pthread_mutex_lock(&cache.lock);
-    pthread_create(&u, NULL, shared_user, (void *)(uintptr_t)i);
-    for (int k = 0; k < wait_ms && !__atomic_load_n(&shared_done, __ATOMIC_SEQ_CST); k++) {
+    pthread_create(&u, NULL, fn, arg);
+    for (int k = 0; k < wait_ms && !__atomic_load_n(done, __ATOMIC_SEQ_CST); k++) {
         struct timespec ms = { 0, 1000 * 1000 };
         nanosleep(&ms, NULL);
     }
-    int done = __atomic_load_n(&shared_done, __ATOMIC_SEQ_CST);
+    int r = __atomic_load_n(done, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&cache.lock);
     pthread_join(u, NULL);
-    return done;
+    return r;
+}
+
+static int got_without_lock(unsigned i, int wait_ms)
+{
+    shared_got = NULL;
+    return done_while_locked(shared_user, (void *)(uintptr_t)i, &shared_done, wait_ms);
 }
 
 static void test_shared_hints(void)
@@ -968,17 +975,7 @@ static void test_shared_hints_hold_a_pool(void)
         for (unsigned i = 0; i < POOL_N; i++)
             mrc_cache_put(&cache, get(&dom_a, pool_addr(i), 16 * PG, LW));
     CHECK(fb.regs == POOL_N);
-    pthread_t u;
-    pool_done = 0;
-    pthread_mutex_lock(&cache.lock);
-    pthread_create(&u, NULL, pool_user, NULL);
-    for (int k = 0; k < 10000 && !__atomic_load_n(&pool_done, __ATOMIC_SEQ_CST); k++) {
-        struct timespec ms = { 0, 1000 * 1000 };
-        nanosleep(&ms, NULL);
-    }
-    CHECKF(__atomic_load_n(&pool_done, __ATOMIC_SEQ_CST), "stopped at %u", pool_at);
-    pthread_mutex_unlock(&cache.lock);
-    pthread_join(u, NULL);
+    CHECKF(done_while_locked(pool_user, NULL, &pool_done, 10000), "stopped at %u", pool_at);
     CHECK(fb.regs == POOL_N);
     for (unsigned i = 0; i < POOL_N; i++)
         mrc_cache_put(&cache, pool_got[i]);
