@@ -6,9 +6,9 @@
 #include <infiniband/verbs.h>
 
 #include "backend/verbs_ops.h"
-#include "interpose/real.h"
 #include "monitor/uffd.h"
 #include "util/hot.h"
+#include "util/real.h"
 
 MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                              uint32_t access, void **reg)

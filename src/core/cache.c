@@ -1,4 +1,5 @@
-/* cache.c - lookup, registration, lazy release, invalidation and eviction.
+/* cache.c - lookup, registration, lazy release and eviction (invalidation is
+ * cache_inval.c).
  * Concurrency: the tree, LRU, deferred list and parked runs are under one mutex, never
  * held across a back-end call. Hits avoid it: a thread's hints (recent entries), then
  * the cache's shared hints (entries the tree served), are taken with
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "core/cache.h"
+#include "core/cache_priv.h"
 #include "util/clock.h"
 #include "util/hot.h"
 #include "util/rawmem.h"
@@ -22,8 +24,6 @@
 #define SHARED_SETS (1u << 15)   /* the cache's shared hints: 32k sets of 2, 1 MiB mapped */
 #define BATCH 16
 #define SPARES 16  /* entries a thread takes from the pool at once, for its next misses */
-#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
 /* A recently used entry, with the first page of the request it served: a lookup for
  * another page skips it without reading the entry (a miss then touches no other
@@ -121,13 +121,6 @@ int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p)
 
 /* ---- LRU (under the lock) ---- */
 
-MRC_HOT static void lru_unlink(struct mrc_entry *e)
-{
-    e->lru_prev->lru_next = e->lru_next;
-    e->lru_next->lru_prev = e->lru_prev;
-    e->lru_next = e->lru_prev = NULL;
-}
-
 MRC_HOT static void lru_add_tail(struct mrc_cache *c, struct mrc_entry *e)
 {
     uint64_t clock = c->lru_clock + 1;
@@ -171,20 +164,6 @@ MRC_HOT static void young_add_locked(struct mrc_cache *c, struct mrc_entry *e)
     c->young[n].last = l;
     c->young[n].e = e;
     ST(&c->nyoung, n + 1);
-}
-
-/* Takes young[i] out; the last one moves into its place. */
-MRC_HOT static void young_remove_at_locked(struct mrc_cache *c, unsigned i)
-{
-    unsigned n = LD(&c->nyoung) - 1;
-    c->young[i] = c->young[n];
-    ST(&c->nyoung, n);
-}
-
-/* Whether a young entry may overlap [first, last]. */
-MRC_HOT static int young_may_overlap(const struct mrc_cache *c, uint64_t first, uint64_t last)
-{
-    return LD(&c->nyoung) && c->young_first <= last && first <= c->young_last;
 }
 
 static void batch_flush_locked(struct mrc_cache *c, struct mrc_thread_state *t)
@@ -375,6 +354,24 @@ MRC_HOT static void shared_add(struct mrc_cache *c, struct mrc_entry *e, const v
     ST(&set[0].e, e);
 }
 
+/* Finishes the runs unmaps parked (under the lock): each entry as inval_one_locked
+ * takes it, then nparked back to 0 with a release store, after every flag it cleared.
+ * Never in a hook: it counts statistics (see stats_ready). */
+MRC_HOT static void settle_locked(struct mrc_cache *c)
+{
+    unsigned n = c->nparked;
+    if (!n)
+        return;
+    for (unsigned i = 0; i < n; i++) {
+        struct inval_batch b = { c, 0, 0, 0 };
+        uint64_t k = mrc_itree_walk_run(c->parked[i].run, inval_one_locked, &b);
+        inval_count_locked(c, &b, k);
+        inval_stats(k, c->parked[i].cause);   /* never in a hook; see stats_ready */
+    }
+    c->parked_bytes = 0;
+    __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);
+}
+
 /* ---- removal, deregistration ---- */
 
 static void entry_dereg(struct mrc_cache *c, struct mrc_entry *e)
@@ -460,174 +457,6 @@ void mrc_cache_refill(struct mrc_cache *c)
     mrc_pool_refill(&c->entries);
 }
 
-/* ---- invalidation ---- */
-
-/* Counters of one invalidation, applied once at its end (under the lock throughout). */
-struct inval_batch {
-    struct mrc_cache *c;
-    uint64_t bytes, ndeferred, deferred_bytes;
-};
-
-/* An entry the tree has just let go of (mrc_itree_remove_range's and walk_parked's
- * callback): what entry_remove_locked and drop_tree_ref_locked do, with the counters
- * batched. One
- * atomic read-modify-write per entry: the reference drop, which also orders the
- * IN_TREE clear before any hint reader's later increment (see entry_remove_locked). */
-static void inval_one_locked(struct mrc_itree_node *node, void *arg)
-{
-    struct inval_batch *b = arg;
-    struct mrc_entry *e = (struct mrc_entry *)((char *)node - offsetof(struct mrc_entry, node));
-    uint64_t len = mrc_entry_len(e);
-    ST(&e->flags, LD(&e->flags) & ~MRC_E_IN_TREE);
-    lru_unlink(e);
-    b->bytes += len;
-    if (__atomic_fetch_sub(&e->ref, 1, __ATOMIC_SEQ_CST) == 1) {
-        e->lru_next = b->c->deferred;
-        b->c->deferred = e;
-        b->ndeferred++;
-        b->deferred_bytes += len;
-    }
-}
-
-/* Applies n invalidated entries' counters (under the lock). */
-static void inval_count_locked(struct mrc_cache *c, const struct inval_batch *b, uint64_t n)
-{
-    if (!n)
-        return;
-    __atomic_store_n(&c->tree_count, c->tree_count - n, __ATOMIC_RELEASE);   /* see entry_remove_locked */
-    c->tree_bytes -= b->bytes;
-    ST(&c->ndeferred, c->ndeferred + b->ndeferred);
-    ST(&c->deferred_bytes, c->deferred_bytes + b->deferred_bytes);
-}
-
-static void inval_stats(uint64_t n, enum mrc_inval_cause cause)
-{
-    if (!n)
-        return;
-    mrc_stat_add(MRC_STAT_INVALIDATED, n);
-    mrc_stat_add((enum mrc_stat)(MRC_STAT_INVAL_BASE + cause), n);
-}
-
-/* Finishes the runs unmaps parked (under the lock): each entry as inval_one_locked
- * does, then nparked back to 0 with a release store, after every flag it cleared. */
-MRC_HOT static void settle_locked(struct mrc_cache *c)
-{
-    unsigned n = c->nparked;
-    if (!n)
-        return;
-    for (unsigned i = 0; i < n; i++) {
-        struct inval_batch b = { c, 0, 0, 0 };
-        uint64_t k = mrc_itree_walk_parked(&c->tree, c->parked[i].run, inval_one_locked, &b);
-        inval_count_locked(c, &b, k);
-        inval_stats(k, c->parked[i].cause);   /* never in a hook; see stats_ready */
-    }
-    c->parked_bytes = 0;
-    __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);
-}
-
-/* Publishes [first, last] as an invalidation begun now, for the race checks of misses
- * that read inval_seq before it (raced_locked). */
-static void announce(struct mrc_cache *c, uint64_t first, uint64_t last)
-{
-    uint64_t s = __atomic_fetch_add(&c->inval_seq, 1, __ATOMIC_SEQ_CST);
-    __typeof__(c->ring[0]) *slot = &c->ring[s % MRC_INVAL_RING];
-    ST(&slot->first, first);
-    ST(&slot->last, last);
-    __atomic_store_n(&slot->seq, s + 1, __ATOMIC_RELEASE);
-}
-
-uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
-                               enum mrc_inval_cause cause)
-{
-    if (len == 0 || !__atomic_load_n(&c->active, __ATOMIC_SEQ_CST))
-        return 0;
-    uint64_t first = addr, last = addr + len - 1 < addr ? UINT64_MAX : addr + len - 1;
-    /* Publish the range first, so that a miss registering concurrently learns of it. */
-    announce(c, first, last);
-    /* A miss that read the sequence after our increment cannot see our range: the
-     * ticket lets mrc_cache_unmap_done tell whether one overlapped the unmap. */
-    uint64_t m = __atomic_load_n(&c->misses, __ATOMIC_SEQ_CST);
-    uint64_t ticket = (m >> MRC_MISSES_INFLIGHT_BITS) << 1 | ((m & MRC_MISSES_INFLIGHT_MASK) != 0);
-    /* The lock-free shortcut is safe only with no miss in flight: a miss leaves the
-     * in-flight count only after its insertion is counted in tree_count. */
-    if (!(ticket & 1) && !__atomic_load_n(&c->tree_count, __ATOMIC_SEQ_CST))
-        return ticket;
-
-    struct inval_batch b = { c, 0, 0, 0 };
-    struct mrc_itree_node *run = NULL;
-    uint64_t n = 0;
-    pthread_mutex_lock(&c->lock);
-    /* A miss that held the lock between our announcement and now read inval_seq after
-     * it, and may have merged an entry we are about to take into a registration of its
-     * own neighbouring buffer: that registration, made after we return, would pin the
-     * pages being unmapped and be found at their address. Announced again, the range is
-     * in its race check, and the registration stays private to its caller. */
-    if (__atomic_load_n(&c->misses, __ATOMIC_SEQ_CST) & MRC_MISSES_INFLIGHT_MASK)
-        announce(c, first, last);
-    if (young_may_overlap(c, first, last))
-        for (unsigned i = LD(&c->nyoung); i-- > 0;)
-            if (c->young[i].first <= last && first <= c->young[i].last) {
-                struct mrc_entry *e = c->young[i].e;
-                young_remove_at_locked(c, i);
-                inval_one_locked(&e->node, &b);
-                n++;
-            }
-    unsigned np = c->nparked;
-    /* A long run is parked while a slot is free (the usual case: the next get settles
-     * them): then this hook pays O(log n) for it, not O(run). */
-    n += mrc_itree_remove_range(&c->tree, first, last, inval_one_locked, &b,
-                                np < MRC_PARKED ? &run : NULL);
-    inval_count_locked(c, &b, n);
-    if (run) {
-        c->parked[np].run = run;
-        c->parked[np].cause = cause;
-        __atomic_store_n(&c->parked[np].first, first, __ATOMIC_RELEASE);
-        __atomic_store_n(&c->parked[np].last, last, __ATOMIC_RELEASE);
-        __atomic_store_n(&c->nparked, np + 1, __ATOMIC_SEQ_CST);
-        /* What the run pins is not known until it is walked: the range from its first
-         * start to its largest last bounds it (for one domain: registrations of the
-         * same pages in several count once), and so does tree_bytes, which still
-         * counts every parked run. */
-        uint64_t run_last = mrc_itree_parked_last(run);
-        uint64_t top = run_last > last ? run_last : last;
-        uint64_t range = top - first + 1 ? top - first + 1 : UINT64_MAX;
-        uint64_t bound = c->parked_bytes + range < range ? UINT64_MAX : c->parked_bytes + range;
-        c->parked_bytes = bound < c->tree_bytes ? bound : c->tree_bytes;
-    }
-    /* The helper is woken only past the bound, like deferred deregistrations: running
-     * beside the program's munmap it would make the kernel's TLB flushes reach its CPU
-     * too (measured here: the 16k-entry munmap then cost 2-4x as much). */
-    int full = (n || run) && c->deferred_bytes + c->parked_bytes > c->p.max_deferred_bytes;
-    pthread_mutex_unlock(&c->lock);
-    inval_stats(n, cause);
-    if (full && c->p.deferred_full)
-        c->p.deferred_full(c->p.deferred_full_arg);
-    return ticket;
-}
-
-void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, uint64_t len,
-                          enum mrc_inval_cause cause)
-{
-    if (!__atomic_load_n(&c->active, __ATOMIC_SEQ_CST))
-        return;
-    uint64_t m = __atomic_load_n(&c->misses, __ATOMIC_SEQ_CST);
-    if ((ticket & 1) || (ticket >> 1) != m >> MRC_MISSES_INFLIGHT_BITS || (m & MRC_MISSES_INFLIGHT_MASK))
-        mrc_cache_unmap_begin(c, addr, len, cause);
-}
-
-void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len, enum mrc_inval_cause cause)
-{
-    mrc_cache_unmap_begin(c, addr, len, cause);
-}
-
-/* Makes sure the calling thread's statistics block exists before it takes the lock:
- * creating one may allocate (pthread_setspecific), which the lock must never be held
- * across; settling and deferring count statistics under it. */
-MRC_HOT static void stats_ready(void)
-{
-    (void)mrc_stats_block();
-}
-
 /* Settles parked runs and deregisters deferred entries. Unless wait is set, parked runs
  * alone are left when the lock is busy: its holder may be settling them already, a hit
  * needs no lock, and hints skip parked entries; a get that takes the lock settles. With
@@ -680,28 +509,6 @@ static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_e
         e = next;
     }
     return victims;
-}
-
-/* Whether an invalidation begun at or after seq0 overlaps [first, last]. Unknown (a
- * slot overwritten or still being written) counts as overlapping. */
-MRC_HOT static int raced_locked(struct mrc_cache *c, uint64_t seq0, uint64_t first, uint64_t last)
-{
-    uint64_t now = __atomic_load_n(&c->inval_seq, __ATOMIC_SEQ_CST);
-    if (now - seq0 > MRC_INVAL_RING)
-        return 1;
-    for (uint64_t s = seq0; s < now; s++) {
-        __typeof__(c->ring[0]) *slot = &c->ring[s % MRC_INVAL_RING];
-        if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != s + 1)
-            return 1;
-        /* Acquire loads keep the second read of seq after them (a seqlock read). */
-        uint64_t f = __atomic_load_n(&slot->first, __ATOMIC_ACQUIRE);
-        uint64_t l = __atomic_load_n(&slot->last, __ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&slot->seq, __ATOMIC_RELAXED) != s + 1)
-            return 1;
-        if (f <= last && first <= l)
-            return 1;
-    }
-    return 0;
 }
 
 /* ---- get / put ---- */
@@ -781,7 +588,7 @@ MRC_HOT static void merge_range_locked(struct mrc_cache *c, void *domain, int64_
         uint64_t qf = *first ? *first - 1 : 0, ql = *last == UINT64_MAX ? *last : *last + 1;
         for (struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, qf, ql); n;
              n = mrc_itree_iter_next(n, qf, ql)) {
-            struct mrc_entry *e = (struct mrc_entry *)((char *)n - offsetof(struct mrc_entry, node));
+            struct mrc_entry *e = mrc_entry_of(n);
             grew |= merge_one(c, e, domain, iova_off, access, first, last, kin);
         }
         if (young_may_overlap(c, qf, ql))
@@ -821,7 +628,7 @@ MRC_HOT static struct mrc_entry *lookup_locked(struct mrc_cache *c, void *domain
                 grew |= merge_one(c, e, domain, iova_off, access, &f, &l, kin);
         }
     for (struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, wf, wl); n; n = mrc_itree_iter_next(n, wf, wl)) {
-        struct mrc_entry *e = (struct mrc_entry *)((char *)n - offsetof(struct mrc_entry, node));
+        struct mrc_entry *e = mrc_entry_of(n);
         if (entry_serves(c, e, domain, first, last, iova_off, access))
             return e;
         if (rf)
@@ -1019,7 +826,7 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
         struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, rf, rl);
         while (n) {
             struct mrc_itree_node *next = mrc_itree_iter_next(n, rf, rl);
-            supersede_locked(c, (struct mrc_entry *)((char *)n - offsetof(struct mrc_entry, node)), domain,
+            supersede_locked(c, mrc_entry_of(n), domain,
                              iova_off, access, rf, rl);
             n = next;
         }
@@ -1110,16 +917,6 @@ uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entr
     return busy;
 }
 
-void mrc_cache_close(struct mrc_cache *c, enum mrc_inval_cause cause)
-{
-    /* First closed, under the lock a miss inserts under: a miss inserting later keeps
-     * its entry private, and the invalidation below takes every earlier one. */
-    pthread_mutex_lock(&c->lock);
-    c->closed = 1;
-    pthread_mutex_unlock(&c->lock);
-    mrc_cache_invalidate(c, 0, UINT64_MAX, cause);
-}
-
 void mrc_cache_forget(struct mrc_cache *c)
 {
     /* The entries' memory stays behind in the old pool: a forked child may still hold
@@ -1135,7 +932,7 @@ void mrc_cache_forget(struct mrc_cache *c)
         mrc_raw_unmap(shared, SHARED_BYTES);
 }
 
-void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_cache_gauges *g)
+void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_gauges *g)
 {
     stats_ready();
     pthread_mutex_lock(&c->lock);
@@ -1149,4 +946,32 @@ void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_cache_gauges *g)
     g->bytes = c->reg_made_bytes - LD(&c->reg_freed_bytes);
     g->bytes_peak = c->reg_bytes_peak;
     pthread_mutex_unlock(&c->lock);
+}
+
+int mrc_cache_destroy(struct mrc_cache *c, struct mrc_cache_leftovers *left)
+{
+    /* The calling thread's spares and pending LRU moves belong to this cache. */
+    struct mrc_thread_state *t = thread_state(c);
+    for (unsigned i = t->spare_next; i < t->spare_end; i++)
+        mrc_pool_put(&c->entries, t->spare[i]);
+    t->spare_next = t->spare_end = 0;
+    t->nbatch = 0;
+    mrc_cache_drain(c);
+    uint64_t in_use = mrc_cache_flush(c, NULL, NULL);
+    pthread_mutex_lock(&c->lock);
+    uint64_t pending = c->ndeferred + c->nparked + c->nyoung;
+    pthread_mutex_unlock(&c->lock);
+    left->in_use = in_use + pending;
+    left->entries = mrc_pool_live(&c->entries);
+    if (left->in_use || left->entries)
+        return -EBUSY;
+    if (c->shared)
+        mrc_raw_unmap(c->shared, SHARED_BYTES);
+    mrc_pool_destroy(&c->entries);
+    pthread_mutex_destroy(&c->lock);
+    if (ts.spares_keyed)
+        pthread_setspecific(spare_key, NULL);
+    memset(&ts, 0, sizeof(ts));
+    memset(c, 0, sizeof(*c));
+    return 0;
 }

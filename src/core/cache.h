@@ -12,7 +12,8 @@
 #include <stdint.h>
 
 #include "core/itree.h"
-#include "core/pool.h"
+#include "monitor/sink.h"
+#include "util/pool.h"
 #include "util/stats.h"
 
 struct mrc_cache_ops {
@@ -131,11 +132,6 @@ struct mrc_cache {
     struct mrc_pool entries;
 };
 
-struct mrc_cache_gauges {
-    uint64_t entries, entries_peak, bytes, bytes_peak, tree_entries, tree_bytes,
-             deferred, deferred_bytes;
-};
-
 /* Prepares c. 0 or -EINVAL for an unusable parameter (no ops, zero page size). */
 int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p);
 
@@ -199,7 +195,25 @@ uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entr
 /* Forgets every entry without deregistering (a forked child: the MRs are the parent's). */
 void mrc_cache_forget(struct mrc_cache *c);
 
-void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_cache_gauges *g);
+void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_gauges *g);
+
+/* Fills the sink's armed, begin, done and arg with this cache's unmap protocol
+ * (mrc_cache_unmap_begin/done; armed once the cache was first used). source_lost is
+ * left to the caller. */
+void mrc_cache_sink(struct mrc_cache *c, struct mrc_inval_sink *s);
+
+/* What mrc_cache_destroy found still there. */
+struct mrc_cache_leftovers {
+    uint64_t in_use;      /* entries someone still holds (never released) */
+    uint64_t entries;     /* entry objects not back in the pool, those included */
+};
+
+/* Deregisters every idle and deferred entry and reports what is left. With nothing left
+ * (0 returned) the cache's memory goes back to the kernel and c may be initialised
+ * again; else -EBUSY, and c stays usable (its holders may still release). The calling
+ * thread's spare entries go back first; other threads' must have exited. Not from a
+ * hook. */
+int mrc_cache_destroy(struct mrc_cache *c, struct mrc_cache_leftovers *left);
 
 /* Registered range of an entry, for building the caller's handle. */
 static inline uint64_t mrc_entry_start(const struct mrc_entry *e) { return e->node.start; }

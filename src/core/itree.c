@@ -4,9 +4,9 @@
  * end arrives in insert_many by join. Invariants between
  * calls: in-order is non-decreasing by start; the root is black; no red node has a red
  * child; every root-to-leaf path has the same number of black nodes; n->subtree_last
- * == max(n->last, children's subtree_last); count is the nodes reachable plus those of
- * runs parked and not yet walked (each parked run is such a tree of its own). Rotations,
- * splices and joins repair subtree_last locally as they go. No recursion, no allocation. */
+ * == max(n->last, children's subtree_last); a run cut out is such a tree of its own.
+ * Rotations, splices and joins repair subtree_last locally as they go. No recursion, no
+ * allocation, no count (a cut would not know its run's size). */
 #include "core/itree.h"
 #include "util/hot.h"
 
@@ -133,8 +133,6 @@ MRC_HOT static void rotate_right(node_t **root, node_t *x)
 void mrc_itree_init(struct mrc_itree *t)
 {
     t->root = NULL;
-    t->count = 0;
-    t->parked = 0;
 }
 
 /* Restores the red-black rules after n was linked red below a node of the tree at
@@ -211,7 +209,6 @@ MRC_HOT void mrc_itree_insert(struct mrc_itree *t, struct mrc_itree_node *n)
     n->left = n->right = NULL;
     n->parent_color = (uintptr_t)p;   /* red */
     *link = n;
-    t->count++;
     insert_fixup(&t->root, n);
 }
 
@@ -322,7 +319,6 @@ void mrc_itree_remove(struct mrc_itree *t, struct mrc_itree_node *n)
         propagate(xp, s);
         propagate(s, NULL);
     }
-    t->count--;
     if (removed_black)
         remove_fixup(t, x, xp);
 }
@@ -607,7 +603,6 @@ MRC_HOT void mrc_itree_insert_many(struct mrc_itree *t, struct mrc_itree_node **
     batch = build_piece(nodes + after, n - 1);
     whole = after ? join(whole, nodes[0], batch) : join(batch, nodes[n - 1], whole);
     t->root = whole.root;
-    t->count += n;
 }
 
 /* Runs up to this long are removed one by one, as a single unmap's are; longer ones
@@ -625,7 +620,7 @@ MRC_HOT void mrc_itree_insert_many(struct mrc_itree *t, struct mrc_itree_node **
  * overflows) and joins the outer parts around the first node above the run. Of the
  * nodes that stay, only those on the two split paths and the join's spine are touched
  * (a walk over them all would miss the caches and the TLB). O(log n). Returns the run,
- * a red-black tree of its own; count still includes it. */
+ * a red-black tree of its own. */
 static node_t *cut_run(struct mrc_itree *t, uint64_t start, uint64_t last)
 {
     struct piece below = { NULL, 0 }, rest = { t->root, 0 }, run, above;
@@ -659,26 +654,22 @@ static size_t walk_run(node_t *run, void (*fn)(struct mrc_itree_node *n, void *a
     return walked;
 }
 
-size_t mrc_itree_walk_parked(struct mrc_itree *t, struct mrc_itree_node *run,
-                             void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
+size_t mrc_itree_walk_run(struct mrc_itree_node *run, void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
 {
-    size_t walked = walk_run(run, fn, arg);
-    t->count -= walked;
-    t->parked--;
-    return walked;
+    return walk_run(run, fn, arg);
 }
 
 size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
                               void (*fn)(struct mrc_itree_node *n, void *arg), void *arg,
-                              struct mrc_itree_node **parked)
+                              struct mrc_itree_node **cut)
 {
     node_t *n = mrc_itree_iter_first(t, start, last), *next;
     node_t *run[SHORT_RUN];
     size_t removed = 0;
     unsigned k = 0;
 
-    if (parked)
-        *parked = NULL;
+    if (cut)
+        *cut = NULL;
     /* The overlapping nodes in order: first those starting below the range and
      * reaching into it (usually none), one by one; then the contiguous run of nodes
      * starting in it, which all overlap it. */
@@ -691,11 +682,10 @@ size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last
     for (; n && k < SHORT_RUN; n = mrc_itree_iter_next(n, start, last))
         run[k++] = n;
     if (n) {
-        node_t *cut = cut_run(t, start, last);
-        t->parked++;
-        if (!parked)
-            return removed + mrc_itree_walk_parked(t, cut, fn, arg);
-        *parked = cut;
+        node_t *r = cut_run(t, start, last);
+        if (!cut)
+            return removed + walk_run(r, fn, arg);
+        *cut = r;
         return removed;
     }
     for (unsigned i = 0; i < k; i++) {
@@ -705,7 +695,7 @@ size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last
     return removed + k;
 }
 
-uint64_t mrc_itree_parked_last(const struct mrc_itree_node *run)
+uint64_t mrc_itree_run_last(const struct mrc_itree_node *run)
 {
     return run->subtree_last;
 }
@@ -718,7 +708,6 @@ uint64_t mrc_itree_parked_last(const struct mrc_itree_node *run)
 
 struct check_state {
     size_t visited;
-    size_t limit;               /* stop descending past this many nodes (cycles) */
     int errors;
 };
 
@@ -740,10 +729,11 @@ static int check_node(const node_t *n, const node_t *parent, uint64_t lo, uint64
 
     if (!n)
         return 1;
-    if (depth > CHECK_MAX_DEPTH || ++st->visited > st->limit) {
-        check_report(st, n, "tree deeper or larger than possible (cycle or wrong count)");
+    if (depth > CHECK_MAX_DEPTH) {
+        check_report(st, n, "tree deeper than possible (a cycle)");
         return -1;
     }
+    st->visited++;
     if (parent_of(n) != parent)
         check_report(st, n, "parent link does not point to the parent");
     if (n->start > n->last)
@@ -763,18 +753,15 @@ static int check_node(const node_t *n, const node_t *parent, uint64_t lo, uint64
     return bl + (is_black(n) ? 1 : 0);
 }
 
-int mrc_itree_check(const struct mrc_itree *t)
+int mrc_itree_check(const struct mrc_itree *t, size_t *nodes)
 {
-    struct check_state st = { .visited = 0, .limit = t->count, .errors = 0 };
+    struct check_state st = { .visited = 0, .errors = 0 };
 
     /* A parent on the root shows up as a bad parent link in check_node. */
     if (t->root && is_red(t->root))
         check_report(&st, t->root, "root is red");
-    if (check_node(t->root, NULL, 0, UINT64_MAX, 0, &st) >= 0 &&
-        (t->parked ? st.visited > t->count : st.visited != t->count)) {
-        fprintf(stderr, "mrc_itree_check: count %zu but %zu nodes reachable\n",
-                t->count, st.visited);
-        st.errors++;
-    }
+    check_node(t->root, NULL, 0, UINT64_MAX, 0, &st);
+    if (nodes)
+        *nodes = st.visited;
     return st.errors ? -1 : 0;
 }

@@ -24,8 +24,6 @@ _Static_assert(sizeof(struct mrc_itree_node) == 48, "itree node grew: it is per 
 
 struct mrc_itree {
     struct mrc_itree_node *root;
-    size_t count;               /* nodes in the tree, and in runs parked and not yet walked */
-    unsigned parked;            /* runs parked by mrc_itree_remove_range, not yet walked */
 };
 
 /* Makes t empty. A zero-filled struct mrc_itree is also a valid empty tree. */
@@ -53,23 +51,20 @@ void mrc_itree_remove(struct mrc_itree *t, struct mrc_itree_node *n);
  * range and reach into it (usually none) go one by one, O(log n) each, and so does a
  * run of up to 32 nodes starting inside it (a single unmap's usual case). A longer run
  * (an unmap over many cached buffers) is cut out whole by two red-black splits and a
- * join, O(log n), with no rebalancing per node. Then, if parked is NULL, it is walked
- * (O(run)); otherwise it is parked: its root goes to *parked (NULL when nothing was),
- * for the caller to hand to mrc_itree_walk_parked later, and the return value counts
- * only the nodes given to fn. A parked run's nodes are out of the tree (no query finds
- * them) but still in count. */
+ * join, O(log n), with no rebalancing per node. Then, if cut is NULL, it is walked
+ * (O(run)); otherwise its root goes to *cut (NULL when nothing was cut), for the caller
+ * to hand to mrc_itree_walk_run when it chooses, and the return value counts only the
+ * nodes given to fn. A cut run's nodes are out of the tree: no query finds them. */
 size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
                               void (*fn)(struct mrc_itree_node *n, void *arg), void *arg,
-                              struct mrc_itree_node **parked);
+                              struct mrc_itree_node **cut);
 
-/* The largest 'last' of a parked run's nodes (some may reach past the removed range). */
-uint64_t mrc_itree_parked_last(const struct mrc_itree_node *run);
+/* The largest 'last' of a cut run's nodes (some may reach past the removed range). */
+uint64_t mrc_itree_run_last(const struct mrc_itree_node *run);
 
-/* Calls fn on every node of a run parked by mrc_itree_remove_range on t, in
- * order, under the same terms as remove_range's fn (fn may free n at once); returns how
- * many, which leave count. O(run). */
-size_t mrc_itree_walk_parked(struct mrc_itree *t, struct mrc_itree_node *run,
-                             void (*fn)(struct mrc_itree_node *n, void *arg), void *arg);
+/* Calls fn on every node of a run cut by mrc_itree_remove_range, in order, under the
+ * same terms as remove_range's fn (fn may free n at once); returns how many. O(run). */
+size_t mrc_itree_walk_run(struct mrc_itree_node *run, void (*fn)(struct mrc_itree_node *n, void *arg), void *arg);
 
 /* First node (lowest start; equal starts in insertion order) overlapping [start, last],
  * i.e. node->start <= last && start <= node->last, or NULL. NULL if start > last.
@@ -86,10 +81,10 @@ struct mrc_itree_node *mrc_itree_iter_next(const struct mrc_itree_node *n,
                                            uint64_t start, uint64_t last);
 
 /* Checks every invariant: BST order by start, start <= last, red-black rules (black
- * root, no red child of a red node, equal black heights), subtree_last, parent links
- * and count (which may exceed what is reachable by parked runs' nodes while some are
- * parked). Returns 0 if all hold, else -1 after printing what broke to stderr.
- * O(n); for tests and debug builds, never on a hook path (it uses stdio). */
-int mrc_itree_check(const struct mrc_itree *t);
+ * root, no red child of a red node, equal black heights), subtree_last, parent links,
+ * no cycle. Returns 0 if all hold, else -1 after printing what broke to stderr; sets
+ * *nodes (if not NULL) to the nodes reached. O(n); for tests and debug builds, never on
+ * a hook path (it uses stdio). */
+int mrc_itree_check(const struct mrc_itree *t, size_t *nodes);
 
 #endif

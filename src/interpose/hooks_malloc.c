@@ -6,23 +6,24 @@
 #include <stdlib.h>
 
 #include "interpose/export.h"
-#include "interpose/real.h"
-#include "interpose/route.h"
-#include "interpose/state.h"
+#include "interpose/hooks.h"
 #include "monitor/glibc_heap.h"
+#include "monitor/unmap.h"
+#include "util/real.h"
 
 MRC_EXPORT void free(void *p)
 {
-    /* While the patched entry points see the allocator's unmaps themselves (watch_malloc
-     * off), the PLT calls of the objects loaded at start-up skip this (route.c): the
-     * frees of objects loaded later, and calls through free's address, still come. A
-     * call passed on (hooks idle, or nothing ever registered) costs two loads, a branch
-     * and a tail call. glibc's dynamic trim threshold is mirrored only from the first
-     * free the hooks handle; until then the heap monitor assumes the initial (lowest)
-     * one, which can only make it invalidate more, never less. */
+    /* While the patched entry points see the allocator's unmaps themselves (the heap
+     * monitor idle), the PLT calls of the objects loaded at start-up skip this
+     * (runtime/route.c): the frees of objects loaded later, and calls through free's
+     * address, still come. A call passed on (hooks idle, or nothing ever registered)
+     * costs a few loads, a branch and a tail call. glibc's dynamic trim threshold is
+     * mirrored only from the first free the hooks handle; until then the heap monitor
+     * assumes the initial (lowest) one, which can only make it invalidate more, never
+     * less. */
     void (*real)(void *) = __atomic_load_n(&mrc_real.free, __ATOMIC_RELAXED);
-    if (__builtin_expect(real && (!__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED) ||
-                                  !__atomic_load_n(&mrc_g.watch_malloc, __ATOMIC_RELAXED)), 1)) {
+    if (__builtin_expect(real && (!__atomic_load_n(&mrc_glibc_heap_watching, __ATOMIC_RELAXED) ||
+                                  !mrc_sink_armed(&mrc_monitor.sink)), 1)) {
         real(p);
         return;
     }
@@ -30,7 +31,7 @@ MRC_EXPORT void free(void *p)
 }
 
 /* This free itself: the name free may resolve to a sanitizer's, preloaded first. */
-extern void mrc_free_self(void *p) __attribute__((alias("free"), copy(free)));
+extern void mrc_hooks_free(void *p) __attribute__((alias("free"), copy(free)));
 
 MRC_EXPORT void *realloc(void *p, size_t n)
 {

@@ -1,4 +1,4 @@
-/* hooks_mem.c - the exported munmap family; each forwards to monitor/monitor.c. Before
+/* hooks_mem.c - the exported munmap family; each forwards to monitor/unmap.c. Before
  * the real functions are known (a call during our own symbol lookup) the kernel is
  * asked directly (syscall(2), which sets errno itself), so nothing here can recurse or
  * fail for want of a pointer. */
@@ -11,15 +11,14 @@
 #include <unistd.h>
 
 #include "interpose/export.h"
-#include "interpose/real.h"
-#include "interpose/state.h"
-#include "monitor/monitor.h"
+#include "monitor/unmap.h"
+#include "util/real.h"
 
 MRC_EXPORT int munmap(void *addr, size_t len)
 {
-    /* The fast path while nothing was ever registered: a load, a branch, a tail call. */
+    /* The fast path while nothing was ever registered: three loads, a branch, a tail call. */
     int (*real)(void *, size_t) = __atomic_load_n(&mrc_real.munmap, __ATOMIC_RELAXED);
-    if (__builtin_expect(real && !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED), 1))
+    if (__builtin_expect(real && !mrc_sink_armed(&mrc_monitor.sink), 1))
         return real(addr, len);
     if (!mrc_real_ensure_libc() || !mrc_real.munmap)
         return (int)syscall(SYS_munmap, addr, len);
@@ -29,7 +28,7 @@ MRC_EXPORT int munmap(void *addr, size_t len)
 MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     void *(*real)(void *, size_t, int, int, int, off_t) = __atomic_load_n(&mrc_real.mmap, __ATOMIC_RELAXED);
-    if (__builtin_expect(real && !__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED), 1))
+    if (__builtin_expect(real && !mrc_sink_armed(&mrc_monitor.sink), 1))
         return real(addr, len, prot, flags, fd, off);
     if (!mrc_real_ensure_libc() || !mrc_real.mmap)
         return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);

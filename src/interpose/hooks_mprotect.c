@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "interpose/export.h"
-#include "interpose/real.h"
 #include "monitor/patch.h"
+#include "util/real.h"
 
 MRC_EXPORT int mprotect(void *addr, size_t len, int prot)
 {

@@ -1,13 +1,13 @@
 /* hooks_process.c - the exported fork: deregisters idle cached MRs first when rdma-core
- * is in fork-safe mode (see mrc_before_fork), then forks. posix_spawn and system do not
+ * is in fork-safe mode (see mrc_rt_before_fork), then forks. posix_spawn and system do not
  * come here: they exec at once, so what the child inherits does not matter. */
 #include <errno.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "interpose/export.h"
-#include "interpose/real.h"
-#include "interpose/state.h"
+#include "runtime/runtime.h"
+#include "util/real.h"
 
 MRC_EXPORT pid_t fork(void)
 {
@@ -15,6 +15,6 @@ MRC_EXPORT pid_t fork(void)
         errno = ENOSYS;
         return -1;
     }
-    mrc_before_fork();
+    mrc_rt_before_fork();
     return mrc_real.fork();
 }

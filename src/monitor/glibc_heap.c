@@ -16,10 +16,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "interpose/real.h"
-#include "interpose/state.h"
 #include "monitor/glibc_heap.h"
+#include "monitor/unmap.h"
 #include "util/log.h"
+#include "util/real.h"
 
 /* glibc's own, for calls that arrive before the next allocator is known. */
 extern void *__libc_realloc(void *, size_t);
@@ -46,6 +46,18 @@ static struct {
 
 static int glibc;                     /* the next allocator is glibc's malloc */
 static int late_logged;
+int mrc_glibc_heap_watching;
+
+int mrc_glibc_heap_watch(int on)
+{
+    return __atomic_exchange_n(&mrc_glibc_heap_watching, on, __ATOMIC_SEQ_CST);
+}
+
+/* Whether a call is watched: the hooks on, and the sink armed. */
+static int watching(void)
+{
+    return __atomic_load_n(&mrc_glibc_heap_watching, __ATOMIC_RELAXED) && mrc_sink_armed(&mrc_monitor.sink);
+}
 
 #define libc_ready mrc_real_ensure_libc
 
@@ -131,7 +143,7 @@ static void predict_free(uintptr_t mem, struct release *r)
     uint64_t top_size = end - top;
     if (top_size < sh.trim || top_size - MINSIZE - 1 <= sh.pad)
         return;
-    uint64_t pm = mrc_g.cache.p.page_size - 1;
+    uint64_t pm = mrc_monitor.page_size - 1;
     uint64_t extra = (top_size - MINSIZE - 1 - sh.pad) & ~pm;
     if (extra) {
         r->lo = end - extra;
@@ -160,18 +172,18 @@ struct pending {
 static void begin(const struct release *r, struct pending *p, enum mrc_inval_cause cause)
 {
     if (r->hi > r->lo)
-        p->t1 = mrc_cache_unmap_begin(&mrc_g.cache, r->lo, r->hi - r->lo, cause);
+        p->t1 = mrc_sink_begin(&mrc_monitor.sink, r->lo, r->hi - r->lo, cause);
     if (r->hi2 > r->lo2)
-        p->t2 = mrc_cache_unmap_begin(&mrc_g.cache, r->lo2, r->hi2 - r->lo2, cause);
+        p->t2 = mrc_sink_begin(&mrc_monitor.sink, r->lo2, r->hi2 - r->lo2, cause);
 }
 
 static void done(const struct release *r, const struct pending *p, enum mrc_inval_cause cause)
 {
     int saved = errno;
     if (r->hi > r->lo)
-        mrc_cache_unmap_done(&mrc_g.cache, p->t1, r->lo, r->hi - r->lo, cause);
+        mrc_sink_done(&mrc_monitor.sink, p->t1, r->lo, r->hi - r->lo, cause);
     if (r->hi2 > r->lo2)
-        mrc_cache_unmap_done(&mrc_g.cache, p->t2, r->lo2, r->hi2 - r->lo2, cause);
+        mrc_sink_done(&mrc_monitor.sink, p->t2, r->lo2, r->hi2 - r->lo2, cause);
     /* The main heap's end is cheap to read again: whatever went beyond the prediction
      * (fastbin consolidation merging into the top) is invalidated now. */
     uintptr_t before = r->brk_before;
@@ -179,7 +191,7 @@ static void done(const struct release *r, const struct pending *p, enum mrc_inva
         uintptr_t after = (uintptr_t)mrc_real.sbrk(0);
         uintptr_t covered = r->hi > r->lo ? r->lo : before;
         if (after < covered) {
-            mrc_cache_invalidate(&mrc_g.cache, after, covered - after, MRC_INVAL_TRIM);
+            mrc_sink_changed(&mrc_monitor.sink, after, covered - after, MRC_INVAL_TRIM);
             if (!__atomic_exchange_n(&late_logged, 1, __ATOMIC_RELAXED))
                 MRC_INFO("heap trim released more than predicted; invalidated after the fact");
         }
@@ -202,11 +214,7 @@ void mrc_on_free(void *p)
 {
     if (!libc_ready())
         return;   /* only while resolving the real functions: a bounded leak */
-    if (!p || !glibc || !mrc_g.watch_malloc) {
-        mrc_real.free(p);
-        return;
-    }
-    if (!mrc_watching()) {
+    if (!p || !glibc || !watching()) {
         mrc_real.free(p);
         return;
     }
@@ -224,7 +232,7 @@ void *mrc_on_realloc(void *p, size_t n)
 {
     if (!libc_ready())
         return __libc_realloc(p, n);
-    if (!p || !glibc || !mrc_g.watch_malloc || !mrc_watching())
+    if (!p || !glibc || !watching())
         return mrc_real.realloc(p, n);
     /* Moving, shrinking or freeing: at most what freeing the chunk may release, and
      * for an mmapped chunk its mapping (glibc mremaps it). */
@@ -255,7 +263,7 @@ void *mrc_on_reallocarray(void *p, size_t n, size_t size)
         struct release r;                                                          \
         struct pending pd = { 0, 0 };                                              \
         memset(&r, 0, sizeof(r));                                                  \
-        if (glibc && mrc_g.watch_malloc && mrc_watching())                        \
+        if (glibc && watching())                                                   \
             r.brk_before = (uintptr_t)mrc_real.sbrk(0);                            \
         call;                                                                      \
         if (r.brk_before)                                                          \
@@ -313,14 +321,14 @@ int mrc_on_malloc_trim(size_t pad)
 {
     if (!libc_ready())
         return 0;
-    if (!glibc || !mrc_g.watch_malloc || !mrc_watching())
+    if (!glibc || !watching())
         return mrc_real.malloc_trim(pad);
     /* malloc_trim discards the pages of free chunks in every arena: free memory can hold
      * no registration the program still uses, but idle cached ones may lie there. Rare
      * enough to drop them all rather than walk glibc's bins. */
-    uint64_t t = mrc_cache_unmap_begin(&mrc_g.cache, 0, UINT64_MAX, MRC_INVAL_TRIM);
+    uint64_t t = mrc_sink_begin(&mrc_monitor.sink, 0, UINT64_MAX, MRC_INVAL_TRIM);
     int rc = mrc_real.malloc_trim(pad);
-    mrc_cache_unmap_done(&mrc_g.cache, t, 0, UINT64_MAX, MRC_INVAL_TRIM);
+    mrc_sink_done(&mrc_monitor.sink, t, 0, UINT64_MAX, MRC_INVAL_TRIM);
     return rc;
 }
 

@@ -10,6 +10,12 @@
  * glibc's (otherwise its unmaps go through the munmap hooks and these only forward). */
 int mrc_glibc_heap_init(void);
 
+/* Whether the functions below predict and publish the allocator's unmaps (off: they only
+ * forward). Read by the exported free's fast path; set by whoever decides the hooks run
+ * (the runtime), with mrc_glibc_heap_watch, which returns the previous setting. */
+extern int mrc_glibc_heap_watching;
+int mrc_glibc_heap_watch(int on);
+
 void mrc_on_free(void *p);
 void *mrc_on_realloc(void *p, size_t n);
 void *mrc_on_reallocarray(void *p, size_t n, size_t size);

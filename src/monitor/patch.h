@@ -1,33 +1,34 @@
 /* patch.h - the 'patch' unmap source: libc's munmap-family entry points (and ld.so's
- * private munmap, which dlclose uses) rewritten to jump into monitor.c, so calls glibc
- * makes to itself are seen. x86-64 only. Internal functions return 0 or -errno. */
+ * private munmap, which dlclose uses) rewritten to jump into unmap.c, so calls glibc
+ * makes to itself are seen; a later patcher of the same entry points is chained, or the
+ * source's loss is reported to the sink. x86-64 only. Internal functions return 0 or
+ * -errno. */
 #ifndef MRC_PATCH_H
 #define MRC_PATCH_H
 
+#include <stddef.h>
+
 /* Patches every entry point whose first bytes have the expected syscall-wrapper shape;
- * refuses (one message each) the others, including any already patched by another
- * library. Steps aside under a sanitizer or valgrind. Call once, from the constructor,
- * before the program's threads exist. Returns the mask of patched mrc_fn bits. */
+ * refuses (one note each) the others, including any already patched by another library.
+ * Steps aside under a sanitizer or valgrind. Call once, after mrc_monitor_init, from the
+ * constructor, before the program's threads exist. Returns the mask of patched mrc_fn
+ * bits. */
 unsigned mrc_patch_install(void);
 
-/* Start-up self-test: triggers each kind of unmap once on private memory through
- * libc's own entry points (as glibc's internal calls reach them) and checks that the
- * patched hooks saw it. Logs coverage at info level, warns once if incomplete.
- * preload: whether the preload hooks are on (they cover calls through the PLT).
- * Returns the mask of mrc_fn bits whose arrival was confirmed, plus bit MRC_FN_COUNT if
- * glibc's free was seen unmapping from inside libc. */
+/* Start-up self-test (patch_selftest.c): triggers each kind of unmap once on private
+ * memory through libc's own entry points (as glibc's internal calls reach them) and
+ * checks that the patched hooks saw it. Logs coverage at info level, notes what is
+ * incomplete. preload: whether the preload hooks are on (they cover calls through the
+ * PLT). Returns the mask of mrc_fn bits whose arrival was confirmed, plus bit
+ * MRC_FN_COUNT if glibc's free was seen unmapping from inside libc. */
 unsigned mrc_patch_selftest(int preload);
 
-/* Repeats, once and as a warning, what install and the self-test found lacking (they
- * log it at info level only, so programs that never register stay silent). */
-void mrc_patch_warn_pending(void);
-
 /* Called after an mprotect that made [addr, addr+len) executable (another library may
- * just have patched code there): if that covers a watched entry point, each one is
- * checked, and one whose first bytes are no longer ours is chained (its new jump moved
- * into a trampoline that our hook calls after invalidating) or, if that code cannot be
- * moved, given up: said once with what is lost, and the allocator hooks resume. Any
- * thread, any time after install; never allocates; may change errno. */
+ * just have patched code there; patch_chain.c): if that covers a watched entry point,
+ * each one is checked, and one whose first bytes are no longer ours is chained (its new
+ * jump moved into a trampoline that our hook calls after invalidating) or, if that code
+ * cannot be moved, given up: the sink's source_lost hears what is lost. Any thread, any
+ * time after install; never allocates; may change errno. */
 void mrc_patch_code_changed(const void *addr, size_t len);
 
 /* "patch" when every entry point is patched, "patch(k/n)" when some, "" when none. */

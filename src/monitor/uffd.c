@@ -2,13 +2,14 @@
  * registered with one userfaultfd, in write-protect mode, before the NIC pins them; the
  * kernel then reports every munmap, MAP_FIXED replacement, mremap shrink and brk shrink
  * (UNMAP), madvise discard (REMOVE) and mremap move (REMAP) touching them, whoever makes
- * the system call. A handler thread reads the events and invalidates their ranges.
+ * the system call. A handler thread reads the events and publishes their ranges.
  * Invariants: write-protect mode only, and nothing here write-protects a page, so no page
  * fault is ever delivered (kernel-mode accesses, the NIC's own pinning among them, never
  * meet the userfaultfd); the handler blocks every signal, never allocates, never logs,
- * takes no lock but the cache's (held by nobody across an unmap or a wait), and reads
- * events before anything that could block: the unmapping thread, which may hold glibc's
- * arena lock, waits for that read. Ranges are never unregistered (see mrc_uffd_watch). */
+ * takes no lock but its sink's (the cache's, held by nobody across an unmap or a wait),
+ * and reads events before anything that could block: the unmapping thread, which may hold
+ * glibc's arena lock, waits for that read. Ranges are never unregistered (see
+ * mrc_uffd_watch). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,9 +25,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "interpose/state.h"
-#include "monitor/monitor.h"
 #include "monitor/uffd.h"
+#include "monitor/unmap.h"
 #include "util/log.h"
 #include "util/rawmem.h"
 #include "util/stats.h"
@@ -88,8 +88,7 @@ static void invalidate(uint64_t start, uint64_t end, enum mrc_inval_cause cause)
      * no other source had invalidated before the kernel reported the unmap. */
     struct mrc_stats_block *b = mrc_stats_block();
     uint64_t before = __atomic_load_n(&b->v[MRC_STAT_INVALIDATED], __ATOMIC_RELAXED);
-    uint64_t ticket = mrc_cache_unmap_begin(&mrc_g.cache, start, end - start, cause);
-    mrc_cache_unmap_done(&mrc_g.cache, ticket, start, end - start, cause);
+    mrc_sink_changed(&mrc_monitor.sink, start, end - start, cause);
     uint64_t n = __atomic_load_n(&b->v[MRC_STAT_INVALIDATED], __ATOMIC_RELAXED) - before;
     if (n)
         mrc_stat_add(MRC_STAT_UFFD_CAUGHT, n);
@@ -100,7 +99,7 @@ static void invalidate(uint64_t start, uint64_t end, enum mrc_inval_cause cause)
  * protection is lifted, which also wakes it. */
 static void answer_fault(int ufd, const struct uffd_msg *m)
 {
-    uint64_t pg = mrc_g.cache.p.page_size;
+    uint64_t pg = mrc_monitor.page_size;
     struct uffdio_writeprotect wp = { .range = { m->arg.pagefault.address & ~(pg - 1), pg }, .mode = 0 };
     mrc_stat_add(MRC_STAT_UFFD_FAULTS, 1);     /* before the thread resumes and may look */
     if (ioctl(ufd, UFFDIO_WRITEPROTECT, &wp) != 0)
@@ -209,7 +208,7 @@ static void unwatched(int err)
     if (__atomic_exchange_n(&said[k], 1, __ATOMIC_RELAXED))
         return;
     /* Said once per reason; a warning if no other source watches that memory. */
-    int alone = !mrc_g.watch_unmaps && !__atomic_load_n(&mrc_monitor_patched, __ATOMIC_RELAXED);
+    int alone = !mrc_monitor.preload && !__atomic_load_n(&mrc_monitor.patched, __ATOMIC_RELAXED);
     mrc_log(alone ? MRC_LOG_WARN : MRC_LOG_INFO,
             "uffd: a registration is not watched (%s): its unmaps are seen only by the other sources, if any "
             "(counted as uffd_unwatched)",
@@ -228,7 +227,7 @@ void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
     if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != ON || !len)
         return;
     int saved = errno;
-    uint64_t m = mrc_g.cache.p.page_size - 1, start = addr & ~m, end = addr + len;
+    uint64_t m = mrc_monitor.page_size - 1, start = addr & ~m, end = addr + len;
     end = end < addr || end + m < end ? ~m : (end + m) & ~m;
     int err = budget_take() ? reg(start, end) : ENOSPC;
     /* hugetlbfs takes whole huge pages only. */
@@ -297,7 +296,7 @@ static int start_handler(int ufd)
  * and checks that the handler got the event. 1 seen, 0 not, -errno if it could not run. */
 static int selftest(void)
 {
-    size_t pg = (size_t)mrc_g.cache.p.page_size;
+    size_t pg = (size_t)mrc_monitor.page_size;
     char *p = mrc_raw_map(2 * pg, 0);
     if (!p)
         return -errno;

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/pool.h"
+#include "util/pool.h"
 #include "util/callsite.h"
 #include "util/log.h"
 #include "util/outpath.h"

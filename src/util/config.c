@@ -12,7 +12,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "core/cache.h"
 #include "util/config.h"
 #include "util/dumpsig.h"
 #include "util/log.h"
@@ -99,7 +98,7 @@ static int parse_remote(const char *s, void *f)
     int i = word_index(s, names, 2);
     if (i < 0)
         return -1;
-    *(int *)f = i ? MRC_REMOTE_NEVER : MRC_REMOTE_EXACT;
+    *(int *)f = i ? MRC_CFG_REMOTE_NEVER : MRC_CFG_REMOTE_EXACT;
     return 0;
 }
 

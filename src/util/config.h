@@ -7,13 +7,14 @@
 #include <stdint.h>
 
 enum mrc_stats_format { MRC_STATS_TEXT, MRC_STATS_JSON };
+enum mrc_cfg_remote { MRC_CFG_REMOTE_EXACT, MRC_CFG_REMOTE_NEVER };
 
 struct mrc_config {
     int enable;                 /* 0: every call passes straight through */
     uint64_t max_entries;
     uint64_t max_bytes;         /* 0 in the table means "auto" until resolved */
     uint64_t max_deferred_bytes;
-    int remote_policy;          /* enum mrc_remote_policy */
+    int remote_policy;          /* enum mrc_cfg_remote */
     int log_level;              /* enum mrc_log_level */
     char stats[256];            /* "auto", "off", "stderr", or a path pattern (%p %h) */
     int stats_format;           /* enum mrc_stats_format */
@@ -28,8 +29,8 @@ struct mrc_config {
 };
 
 #define MRC_MONITOR_PRELOAD 1   /* the munmap-family and allocator hooks */
-#define MRC_MONITOR_PATCH 2     /* libc's entry points patched (monitor/patch.c) */
-#define MRC_MONITOR_UFFD 4      /* userfaultfd events over registered ranges (monitor/uffd.c) */
+#define MRC_MONITOR_PATCH 2     /* libc's entry points patched */
+#define MRC_MONITOR_UFFD 4      /* userfaultfd events over registered ranges */
 #define MRC_MONITOR_AUTO 8      /* 'auto' was asked for: uffd joins if patching falls short */
 
 /* Fills cfg from the environment (getenv only: no allocation). */

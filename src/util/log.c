@@ -1,4 +1,5 @@
-/* log.c - formats a diagnostic into a stack buffer and writes it with write(2).
+/* log.c - formats a diagnostic into a stack buffer and writes it with write(2); keeps
+ * the notes to repeat as one warning later in a fixed buffer.
  * Invariant: no malloc, no stdio stream, errno preserved; a message longer than the
  * buffer is truncated, never split. */
 #include <errno.h>
@@ -42,4 +43,32 @@ void mrc_log(int level, const char *fmt, ...)
     buf[len++] = '\n';
     mrc_write_all(2, buf, len);
     errno = saved;
+}
+
+/* The notes so far, joined: a fixed buffer, since notes are taken before anything may
+ * allocate (the constructor, hooks). */
+static char notes[1024];
+static size_t notes_len;
+static int notes_said;
+
+void mrc_log_note(const char *fmt, ...)
+{
+    char m[400];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(m, sizeof(m), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    mrc_log(MRC_LOG_INFO, "%s", m);
+    n = snprintf(notes + notes_len, sizeof(notes) - notes_len, "%s%s", notes_len ? "\n  " : "", m);
+    if (n > 0)
+        notes_len = notes_len + (size_t)n < sizeof(notes) ? notes_len + (size_t)n : sizeof(notes) - 1;
+}
+
+void mrc_log_notes_warn(void)
+{
+    if (!notes_len || __atomic_exchange_n(&notes_said, 1, __ATOMIC_ACQ_REL))
+        return;
+    mrc_log(MRC_LOG_WARN, "%s", notes);
 }

@@ -17,6 +17,12 @@ void mrc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 #define MRC_INFO(...)  mrc_log(MRC_LOG_INFO, __VA_ARGS__)
 #define MRC_DEBUG(...) do { if (mrc_log_level >= MRC_LOG_DEBUG) mrc_log(MRC_LOG_DEBUG, __VA_ARGS__); } while (0)
 
+/* A note about what libmrcache cannot do here: logged at info level now, and repeated
+ * once, as one warning with the other notes, by mrc_log_notes_warn (at the first
+ * registration: a program that never registers stays silent). */
+void mrc_log_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void mrc_log_notes_warn(void);
+
 /* Writes all of buf to fd, retrying on EINTR and short writes. Returns 0 or -errno. */
 int mrc_write_all(int fd, const char *buf, unsigned long len);
 

@@ -30,16 +30,6 @@ __attribute__((format(printf, 2, 3))) static void put(struct buf *b, const char 
         b->n += (size_t)m < sizeof(b->d) - b->n ? (size_t)m : sizeof(b->d) - b->n - 1;
 }
 
-void mrc_report_collect(struct mrc_report *r, struct mrc_cache *c, uint64_t wall_ns, const char *monitor)
-{
-    /* Gauges first: they settle runs an unmap parked, whose invalidations are then in
-     * the statistics. */
-    mrc_cache_get_gauges(c, &r->g);
-    mrc_stats_sum(&r->s);
-    r->wall_ns = wall_ns;
-    r->monitor = monitor;
-}
-
 uint64_t mrc_report_saved_ns(const struct mrc_report *r)
 {
     uint64_t saved = 0;

@@ -3,20 +3,16 @@
 #ifndef MRC_REPORT_H
 #define MRC_REPORT_H
 
-#include "core/cache.h"
 #include "util/stats.h"
 
 #define MRC_REPORT_JSON_VERSION 1
 
 struct mrc_report {
     struct mrc_stats_block s;
-    struct mrc_cache_gauges g;
+    struct mrc_gauges g;
     uint64_t wall_ns;             /* since start-up */
     const char *monitor;          /* which unmap sources are active */
 };
-
-/* Fills r from the live counters and the cache's gauges. */
-void mrc_report_collect(struct mrc_report *r, struct mrc_cache *c, uint64_t wall_ns, const char *monitor);
 
 /* Estimated time saved: each hit costs what a registration of its size class cost here
  * on average (the nearest registered class, scaled by size, where it was never). */

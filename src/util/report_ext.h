@@ -1,6 +1,6 @@
-/* report_ext.h - the parts of the statistics dump that issue 7 added: the launcher rank,
- * MR handles still registered (leaks, at exit) and the call sites. report.c calls it
- * after its own body. Not from a hook (symbolizes, may allocate). */
+/* report_ext.h - the parts of the statistics dump of unbounded length, written through a
+ * buffered writer after report.c's fixed buffer: the launcher rank, MR handles still
+ * registered (leaks, at exit) and the call sites. Not from a hook (symbolizes, may allocate). */
 #ifndef MRC_REPORT_EXT_H
 #define MRC_REPORT_EXT_H
 

@@ -111,6 +111,14 @@ static inline void mrc_hist_add(enum mrc_hist h, uint64_t len, uint64_t n)
     __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 
+/* The cache's gauges, a snapshot: back-end registrations alive (in the tree, in use or
+ * deferred) now and at their peak, in count and bytes; those in the tree; those whose
+ * deregistration is deferred. */
+struct mrc_gauges {
+    uint64_t entries, entries_peak, bytes, bytes_peak, tree_entries, tree_bytes,
+             deferred, deferred_bytes;
+};
+
 /* Sums every thread's block into out (a snapshot; concurrent counts may or may not be in). */
 void mrc_stats_sum(struct mrc_stats_block *out);
 

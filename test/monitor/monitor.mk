@@ -1,4 +1,4 @@
-# monitor.mk - the patch source (src/monitor/patch.c): unmaps glibc and ld.so make
+# monitor.mk - the patch source (src/monitor/patch*.c): unmaps glibc and ld.so make
 # themselves, run with the allocator hooks off, under auto and patch (data must be
 # visible), and under preload and none (must be stale: the tests can fail); plus
 # refusal to overwrite another library's patch, and the start-up self-test's report.

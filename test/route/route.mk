@@ -1,4 +1,4 @@
-# route.mk - where the PLT calls of free go (src/interpose/route.c): past libmrcache
+# route.mk - where the PLT calls of free go (src/runtime/route.c): past libmrcache
 # while the allocator hooks idle, in a program linked with -z now, one linked lazily, and
 # a library linked lazily; left alone where another free comes first (a preload's, the
 # program's own); back through libmrcache when a late patch makes the hooks resume (the

@@ -1,4 +1,4 @@
-/* test_route.c - where the program's calls of free go (src/interpose/route.c). With libc
+/* test_route.c - where the program's calls of free go (src/runtime/route.c). With libc
  * patched and the allocator hooks idle, the PLT slots of free in this program and in
  * libmrc_lazyfree.so (linked for lazy binding, so unbound when libmrcache starts) must
  * hold glibc's free: EXPECT_ROUTE=1. Otherwise (MRCACHE_DIRECT_FREE=0, the hooks running,

@@ -1,5 +1,5 @@
 #!/bin/bash
-# test_route.sh - where the PLT calls of free go (src/interpose/route.c), one verdict
+# test_route.sh - where the PLT calls of free go (src/runtime/route.c), one verdict
 # per scenario: routed past libmrcache in programs linked with -z now and lazily (and in
 # a lazy library); not with MRCACHE_DIRECT_FREE=0, nor while the allocator hooks run, nor
 # where another free comes first; back through libmrcache after a late patch of munmap

@@ -1,10 +1,10 @@
-# stats.mk - issue 7's statistics: the call-site, leak, output-path and dump-signal
+# stats.mk - the statistics: the call-site, leak, output-path and dump-signal
 # modules on their own (test_callsite, through a shim library exporting them), then
 # test_stats.sh: a verbs workload under the preload (call sites, leaks, %r files, the
 # dump signal, 4 ranks merged by scripts/mrcache-report).
 STATS_SHIM := $(BUILD)/test/libmrc_statsshim.so
 STATS_SHIM_OBJS := $(addprefix $(BUILD)/obj/,util/callsite.o util/leaks.o util/outpath.o util/report_ext.o \
-                     util/clock.o util/dumpsig.o util/log.o util/stats.o core/pool.o)
+                     util/clock.o util/dumpsig.o util/log.o util/stats.o util/pool.o)
 
 $(STATS_SHIM): test/stats/stats_shim.c $(STATS_SHIM_OBJS)
 	@mkdir -p $(@D)

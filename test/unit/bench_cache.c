@@ -124,7 +124,7 @@ static void invalidate_16k(int entries, const char *name)
     double best[3] = { 0, 0, 0 };
     for (int r = 0; r < 5; r++) {
         setup(entries);
-        struct mrc_cache_gauges g;
+        struct mrc_gauges g;
         double t0 = now();
         mrc_cache_invalidate(&cache, 0x100000000ull, 16384ull * 4 * PG, MRC_INVAL_MUNMAP);
         double t1 = now();

@@ -378,9 +378,12 @@ static void range_removed(struct mrc_itree_node *n, void *arg)
 
 static int tree_consistent(void);
 
-/* Set: remove_range parks long runs (mrc_itree_remove_range's parked), checks the tree while
- * one is parked, inserts into the emptied range, and only then walks the run. */
+/* Set: remove_range keeps long runs cut out (mrc_itree_remove_range's cut), checks the
+ * tree while one is out, inserts into the emptied range, and only then walks the run. */
 static int park_mode;
+/* Nodes of the model in a run cut out and not yet walked: live in the model, not in the
+ * tree. */
+static int parked_n;
 
 /* The same removal in one call (short runs one by one, long ones cut out whole). */
 static void remove_range(uint64_t start, uint64_t last)
@@ -393,18 +396,21 @@ static void remove_range(uint64_t start, uint64_t last)
     struct range_check rc = { .start = start, .last = last };
     size_t n = mrc_itree_remove_range(&tree, start, last, range_removed, &rc, park_mode ? &run : NULL);
     if (run) {
-        /* Parked: still live in the model and in count, out of every query. */
-        CHECK(tree.parked == 1 && mrc_itree_iter_first(&tree, start, last) == NULL);
+        /* Cut out: still live in the model, out of the tree and every query. */
+        parked_n = want - (int)n;
+        CHECK(parked_n > 0 && mrc_itree_iter_first(&tree, start, last) == NULL);
         CHECK(tree_consistent());
         int added = 0;
         for (; added < 3 && free_n > 0; added++)
             model_insert(start, start);
-        uint64_t run_last = mrc_itree_parked_last(run);
+        uint64_t run_last = mrc_itree_run_last(run);
         rc.max_last = 0;
-        n += mrc_itree_walk_parked(&tree, run, range_removed, &rc);
+        size_t walked = mrc_itree_walk_run(run, range_removed, &rc);
         CHECKF(run_last == rc.max_last, "parked run: largest last %#jx, its root says %#jx",
                (uintmax_t)rc.max_last, (uintmax_t)run_last);
-        CHECK(tree.parked == 0);
+        CHECKF(walked == (size_t)parked_n, "parked run: %zu walked, %d cut out", walked, parked_n);
+        n += walked;
+        parked_n = 0;
         /* The new nodes are in the tree, never in the run. */
         for (struct mrc_itree_node *x = mrc_itree_iter_first(&tree, start, last); x;
              x = mrc_itree_iter_next(x, start, last))
@@ -432,11 +438,20 @@ static void gen_wide(uint64_t *start, uint64_t *last)
     *last = a->n.last > b->n.last ? a->n.last : b->n.last;
 }
 
+/* The nodes t holds, as its checker counts them, or -1 if an invariant is broken. */
+static long checked_nodes(const struct mrc_itree *t)
+{
+    size_t n;
+
+    return mrc_itree_check(t, &n) == 0 ? (long)n : -1;
+}
+
 static int tree_consistent(void)
 {
-    int ok = mrc_itree_check(&tree) == 0 && tree.count == (size_t)live_n;
+    long n = checked_nodes(&tree);
+    int ok = n == live_n - parked_n;
 
-    CHECKF(ok, "tree invariants or count (%zu, model %d) broken", tree.count, live_n);
+    CHECKF(ok, "tree invariants or node count (%ld, model %d) broken", n, live_n - parked_n);
     return ok;
 }
 
@@ -581,7 +596,7 @@ static void test_sequential_and_equal(void)
             if ((live_n & 15) == 0 && !tree_consistent())
                 return;
         }
-        CHECK(tree.root == NULL && tree.count == 0);
+        CHECK(tree.root == NULL && checked_nodes(&tree) == 0);
     }
 }
 
@@ -689,7 +704,7 @@ static void test_top_of_address_space(void)
     mrc_itree_insert(&t, &b);
     mrc_itree_insert(&t, &c);
     mrc_itree_insert(&t, &d);
-    CHECK(mrc_itree_check(&t) == 0);
+    CHECK(mrc_itree_check(&t, NULL) == 0);
 
     n = mrc_itree_iter_first(&t, MAX64, MAX64);
     CHECK(n == &c);
@@ -708,7 +723,7 @@ static void test_top_of_address_space(void)
     mrc_itree_remove(&t, &c);
     CHECK(mrc_itree_iter_first(&t, 0, MAX64 - 4097) == NULL);
     CHECK(mrc_itree_iter_first(&t, MAX64 - 1, MAX64) == &b);
-    CHECK(mrc_itree_check(&t) == 0 && t.count == 3);
+    CHECK(checked_nodes(&t) == 3);
 }
 
 /* remove_range over a tree of disjoint ranges: none, a few (one by one), a tenth, half
@@ -740,7 +755,7 @@ static void test_remove_range_shares(void)
     model_insert(10, 20);
     struct range_check rc = { .start = 20, .last = 10 };
     CHECK(mrc_itree_remove_range(&tree, 20, 10, range_removed, &rc, NULL) == 0);   /* reversed: none */
-    CHECK(rc.got == 0 && tree.count == 1 && live_n == 1);
+    CHECK(rc.got == 0 && checked_nodes(&tree) == 1 && live_n == 1);
 }
 
 /* ---- remove_range's cut (split, join) against the model ---- */
@@ -964,7 +979,7 @@ static void test_remove_range_large(void)
         nodes[order[i]].seq = i;
         mrc_itree_insert(&t, &nodes[order[i]].n);
     }
-    CHECK(mrc_itree_check(&t) == 0);
+    CHECK(mrc_itree_check(&t, NULL) == 0);
 
     uint64_t s = (uint64_t)(BIG_N / 8) * 16, l = (uint64_t)(3 * BIG_N / 8) * 16 - 1;
     for (uint32_t i = 0; i < BIG_N; i++)
@@ -973,8 +988,7 @@ static void test_remove_range_large(void)
     size_t got = mrc_itree_remove_range(&t, s, l, big_removed, &bc, NULL);
     CHECKF(got == want && bc.got == want && bc.bad == 0,
            "middle half: %zu returned, %zu seen of %zu, %zu bad", got, bc.got, want, bc.bad);
-    CHECK(want > BIG_N / 2 && t.count == BIG_N - want);
-    CHECK(mrc_itree_check(&t) == 0);
+    CHECK(want > BIG_N / 2 && checked_nodes(&t) == (long)(BIG_N - want));
 
     /* Survivors: every node not removed, once each, in (start, insertion) order. */
     const struct big_node *prev = NULL;
@@ -997,7 +1011,7 @@ static void test_remove_range_large(void)
 
     struct big_check all = { 0, MAX64, NULL, 0, 0 };
     CHECK(mrc_itree_remove_range(&t, 0, MAX64, big_removed, &all, NULL) == BIG_N - want);
-    CHECK(all.bad == 0 && t.root == NULL && t.count == 0);
+    CHECK(all.bad == 0 && t.root == NULL && checked_nodes(&t) == 0);
     free(nodes);
     free(order);
 }
@@ -1008,7 +1022,7 @@ static void test_empty_and_reversed(void)
     struct mrc_itree_node a = { .start = 10, .last = 20 };
 
     mrc_itree_init(&t);
-    CHECK(mrc_itree_check(&t) == 0);
+    CHECK(mrc_itree_check(&t, NULL) == 0);
     CHECK(mrc_itree_iter_first(&t, 0, MAX64) == NULL);
     mrc_itree_insert(&t, &a);
     CHECK(mrc_itree_iter_first(&t, 15, 15) == &a);
@@ -1018,7 +1032,7 @@ static void test_empty_and_reversed(void)
     CHECK(mrc_itree_iter_first(&t, 20, 10) == NULL);
     CHECK(mrc_itree_iter_next(&a, 20, 10) == NULL);
     mrc_itree_remove(&t, &a);
-    CHECK(t.root == NULL && t.count == 0 && mrc_itree_check(&t) == 0);
+    CHECK(t.root == NULL && checked_nodes(&t) == 0);
 }
 
 /* Builds a valid random tree in the pool; the caller corrupts it. */
@@ -1055,7 +1069,7 @@ static void test_checker_detects_corruption(void)
     uintptr_t saved_pc;
 
     build_sample_tree();
-    CHECK(mrc_itree_check(&tree) == 0);
+    CHECK(mrc_itree_check(&tree, NULL) == 0);
     fprintf(stderr, "# test_checker_detects_corruption: complaints below are expected\n");
 
     n = find_node(-1, 2);
@@ -1065,31 +1079,31 @@ static void test_checker_detects_corruption(void)
 
     saved = n->subtree_last;                    /* augmented value */
     n->subtree_last = saved + 1;
-    CHECK(mrc_itree_check(&tree) == -1);
+    CHECK(mrc_itree_check(&tree, NULL) == -1);
     n->subtree_last = saved;
 
     saved = n->start;                           /* BST order, start <= last kept */
     n->start = n->left->start > 0 ? n->left->start - 1 : n->right->start + 1;
     if (n->start > n->last)
         n->start = n->left->start - 1;          /* underflows only if both fail */
-    CHECK(mrc_itree_check(&tree) == -1);
+    CHECK(mrc_itree_check(&tree, NULL) == -1);
     n->start = saved;
 
     saved = n->last;                            /* start > last */
     n->last = n->start - 1;
-    CHECK(mrc_itree_check(&tree) == -1);
+    CHECK(mrc_itree_check(&tree, NULL) == -1);
     n->last = saved;
 
     saved_pc = n->parent_color;                 /* colour: flipping any node breaks */
     n->parent_color ^= 1;                       /* red-red and/or black height */
-    CHECK(mrc_itree_check(&tree) == -1);
+    CHECK(mrc_itree_check(&tree, NULL) == -1);
     n->parent_color = saved_pc;
 
     struct mrc_itree_node *r = find_node(1, 0); /* red to black: only black height */
     CHECK(r != NULL);
     if (r) {
         r->parent_color |= 1;
-        CHECK(mrc_itree_check(&tree) == -1);
+        CHECK(mrc_itree_check(&tree, NULL) == -1);
         r->parent_color &= ~(uintptr_t)1;
     }
 
@@ -1109,7 +1123,7 @@ static void test_checker_detects_corruption(void)
         b->parent_color ^= 1;
         b->left->parent_color ^= 1;
         b->right->parent_color ^= 1;
-        CHECK(mrc_itree_check(&tree) == -1);
+        CHECK(mrc_itree_check(&tree, NULL) == -1);
         b->parent_color ^= 1;
         b->left->parent_color ^= 1;
         b->right->parent_color ^= 1;
@@ -1117,27 +1131,23 @@ static void test_checker_detects_corruption(void)
 
     saved_pc = n->left->parent_color;           /* parent link */
     n->left->parent_color = (uintptr_t)n->right | (saved_pc & 1);
-    CHECK(mrc_itree_check(&tree) == -1);
+    CHECK(mrc_itree_check(&tree, NULL) == -1);
     n->left->parent_color = saved_pc;
 
     tree.root->parent_color &= ~(uintptr_t)1;   /* red root */
-    CHECK(mrc_itree_check(&tree) == -1);
+    CHECK(mrc_itree_check(&tree, NULL) == -1);
     tree.root->parent_color |= 1;
 
-    tree.count++;                               /* count */
-    CHECK(mrc_itree_check(&tree) == -1);
-    tree.count -= 2;
-    CHECK(mrc_itree_check(&tree) == -1);
-    tree.count++;
+    CHECK(checked_nodes(&tree) == live_n);      /* the nodes it counts are the model's */
 
     struct mrc_itree_node *leaf = NULL;         /* a cycle must not hang the checker */
     for (leaf = tree.root; leaf->left; leaf = leaf->left)
         ;
     leaf->left = tree.root;
-    CHECK(mrc_itree_check(&tree) == -1);
+    CHECK(mrc_itree_check(&tree, NULL) == -1);
     leaf->left = NULL;
 
-    CHECK(mrc_itree_check(&tree) == 0);
+    CHECK(mrc_itree_check(&tree, NULL) == 0);
     fprintf(stderr, "# test_checker_detects_corruption: end of expected complaints\n");
 }
 
@@ -1199,7 +1209,7 @@ static void bench(size_t n)
     t_rem = (now_ns() - t0) / (double)n;
 
     printf("itree bench %8zu nodes: insert %6.1f ns, lookup (iter_first) %6.1f ns, "
-           "remove %6.1f ns%s\n", n, t_ins, t_look, t_rem, t.count ? " (count!)" : "");
+           "remove %6.1f ns%s\n", n, t_ins, t_look, t_rem, t.root ? " (nodes left!)" : "");
     (void)sink;
     free(nodes);
     free(order);
@@ -1257,11 +1267,12 @@ static void bench_remove_range(size_t n)
         printf("itree bench %8zu nodes: remove_range of %3zu nodes %8.1f ns (%5.1f ns/node)\n",
                n, k, total / (double)reps, total / (double)(reps * k));
     }
+    dropped = 0;
     t0 = now_ns();
     mrc_itree_remove_range(&t, nodes[n / 4].start, nodes[3 * n / 4 - 1].last, bench_drop, &dropped, NULL);
     total = now_ns() - t0;
     printf("itree bench %8zu nodes: remove_range of the middle half %5.1f ns/node%s\n", n,
-           total / (double)(3 * n / 4 - n / 4), t.count == n - (3 * n / 4 - n / 4) ? "" : " (count!)");
+           total / (double)(3 * n / 4 - n / 4), dropped == 3 * n / 4 - n / 4 ? "" : " (count!)");
     free(nodes);
     free(order);
 }

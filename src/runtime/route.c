@@ -22,9 +22,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "interpose/real.h"
-#include "interpose/route.h"
+#include "runtime/route.h"
 #include "util/log.h"
+#include "util/real.h"
 #include "util/thread.h"
 
 #define ROUTE_MAX 64
@@ -48,6 +48,7 @@ static struct slot routed[ROUTE_MAX];
 static unsigned nrouted;
 static int route_on;
 static uintptr_t page_size;
+static void (*self)(void *);    /* libmrcache's own free */
 
 /* Writes one slot, keeping its page's protection. Returns 0 or -errno. */
 static int store_slot(const struct slot *s, void *to)
@@ -117,7 +118,7 @@ static int collect(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size, (void)arg;
     const ElfW(Phdr) *dyn = segment(info, PT_DYNAMIC, 0, 0), *relro = segment(info, PT_GNU_RELRO, 0, 0);
-    if (!dyn || segment(info, PT_LOAD, (uintptr_t)mrc_free_self, 1))
+    if (!dyn || segment(info, PT_LOAD, (uintptr_t)self, 1))
         return 0;     /* no dynamic section, or libmrcache itself */
     uintptr_t jmprel = 0, symtab = 0, strtab = 0;
     size_t pltrelsz = 0;
@@ -179,7 +180,7 @@ static int pin(const struct candidate *c)
     return same;
 }
 
-unsigned mrc_route_free_direct(void)
+unsigned mrc_route_free_direct(void (*self_free)(void *))
 {
     void (*next)(void *) = __atomic_load_n(&mrc_real.free, __ATOMIC_ACQUIRE);
     long pg = sysconf(_SC_PAGESIZE);
@@ -188,6 +189,7 @@ unsigned mrc_route_free_direct(void)
         return 0;
     int saved = errno;
     page_size = (uintptr_t)pg;
+    self = self_free;
     ncands = 0;
     dl_iterate_phdr(collect, NULL);
     int mem = (int)syscall(SYS_open, "/proc/self/mem", O_RDWR | O_CLOEXEC);
@@ -201,7 +203,7 @@ unsigned mrc_route_free_direct(void)
             v = (uintptr_t)__atomic_load_n(c->s.at, __ATOMIC_ACQUIRE);
         }
         /* Pinned only if routed: an object we leave alone stays unloadable. */
-        if (v == (uintptr_t)mrc_free_self && pin(c) && !store_slot_alone(mem, &c->s, (void *)next))
+        if (v == (uintptr_t)self && pin(c) && !store_slot_alone(mem, &c->s, (void *)next))
             routed[nrouted++] = c->s;
     }
     if (mem >= 0)
@@ -219,11 +221,11 @@ int mrc_route_free_back(void)
     int rc = 0;
     for (unsigned i = 0; i < nrouted; i++) {
         void *v = __atomic_load_n(routed[i].at, __ATOMIC_ACQUIRE);
-        if (v == (void *)mrc_free_self)
+        if (v == (void *)self)
             continue;   /* back already (a call cut short by fork, say) */
         /* Rebound since by someone else (a GOT hooker) who may pass the calls on to
          * the allocator's free it found there: those frees would skip the hooks. */
-        int r = v == next ? store_slot(&routed[i], (void *)mrc_free_self) : -EBUSY;
+        int r = v == next ? store_slot(&routed[i], (void *)self) : -EBUSY;
         if (r)
             rc = r;
     }

@@ -1,9 +1,9 @@
 /* pool.h - fixed-size object pools backed by anonymous mmap (raw syscall), for cache
- * entries and MR handles, with an optional reserve of pre-touched memory that another
- * thread prepares. Invariants: memory is never returned to the kernel, so an object's
- * memory stays readable after it is freed (type-stable: lock-free readers may look at a
- * stale object and must re-validate it); no malloc; thread-safe; a get never waits for
- * the reserve's preparer. */
+ * entries, MR handles and call sites, with an optional reserve of pre-touched memory
+ * that another thread prepares. Invariants: memory is never returned to the kernel while
+ * the pool lives, so an object's memory stays readable after it is freed (type-stable:
+ * lock-free readers may look at a stale object and must re-validate it); no malloc;
+ * thread-safe; a get never waits for the reserve's preparer. */
 #ifndef MRC_POOL_H
 #define MRC_POOL_H
 
@@ -74,6 +74,14 @@ void mrc_pool_put(struct mrc_pool *p, void *obj);
 
 /* Whether ptr is the start of an object slot of this pool (live or free). Lock-free. */
 int mrc_pool_owns(const struct mrc_pool *p, const void *ptr);
+
+/* Objects handed out and not returned. */
+size_t mrc_pool_live(struct mrc_pool *p);
+
+/* Returns every arena to the kernel. Only for a pool none of whose objects is in use or
+ * will be read again (lock-free readers included); p must be initialised again before
+ * any other call. */
+void mrc_pool_destroy(struct mrc_pool *p);
 
 /* In a forked child: a fresh lock, and chunks that a parent's thread was preparing are
  * forgotten (that thread is not in the child). Objects and ready chunks stay. */

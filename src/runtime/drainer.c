@@ -20,13 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "interpose/drainer.h"
-#include "interpose/state.h"
+#include "runtime/drainer.h"
+#include "runtime/state.h"
 #include "util/log.h"
 #include "util/thread.h"
-
-/* MR handles: one chunk (about 1k handles) covers a burst of registrations kept open. */
-#define HANDLE_RESERVE 1
 
 /* What the thread is asked to do: a deregistration drain or a refill of the pools'
  * reserves. Kept apart so that refills, asked for every few hundred misses, never
@@ -73,10 +70,10 @@ static void *drainer_main(void *arg)
             idle = 0;
         }
         if (w & WAKE_DRAIN)
-            mrc_cache_drain(&mrc_g.cache);
+            mrc_cache_drain(&mrc_rt.cache);
         if (w & WAKE_REFILL) {
-            mrc_cache_refill(&mrc_g.cache);
-            mrc_pool_refill(&mrc_g.handles);
+            mrc_cache_refill(&mrc_rt.cache);
+            mrc_verbs_refill(&mrc_rt.verbs);
         }
     }
     return NULL;
@@ -93,8 +90,8 @@ void mrc_drainer_start(void)
             MRC_WARN("cannot start the helper thread (%d): deferred MRs wait for the next verbs call", rc);
         __atomic_store_n(&started, rc == 0, __ATOMIC_RELEASE);
         if (rc == 0) {
-            mrc_cache_set_reserve(&mrc_g.cache, mrc_drainer_refill, NULL);
-            mrc_pool_set_reserve(&mrc_g.handles, HANDLE_RESERVE, mrc_drainer_refill, NULL);
+            mrc_cache_set_reserve(&mrc_rt.cache, mrc_drainer_refill, NULL);
+            mrc_verbs_set_reserve(&mrc_rt.verbs, mrc_drainer_refill, NULL);
             mrc_drainer_refill(NULL);   /* fill the reserves before the first miss needs them */
         }
     }

@@ -1,10 +1,11 @@
-/* monitor.h - memory events to cache invalidations: what range each unmapping call
- * takes away, computed before the call and invalidated around it. Each function
- * performs the real call and returns its result, with errno as the real call left it.
- * Both sources land here: the preload hooks (hooks_mem.c) and libc's patched entry
- * points (patch.c); a function patched in libc is watched whatever the preload says. */
-#ifndef MRC_MONITOR_H
-#define MRC_MONITOR_H
+/* unmap.h - the munmap family as memory events: the range each call takes away,
+ * computed before the call, published to the sink before it and again after it
+ * (mrc_sink_begin/done). Each function performs the real call and returns its result,
+ * with errno as the real call left it. Both sources of these calls land here: the preload
+ * hooks (interpose/hooks_mem.c) and libc's patched entry points (patch.c); a function
+ * patched in libc is watched whatever the preload source says. */
+#ifndef MRC_UNMAP_H
+#define MRC_UNMAP_H
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,15 +13,29 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* The entry points a source can watch; bit (1u << MRC_FN_x) in mrc_monitor_patched. */
+#include "monitor/sink.h"
+
+/* The entry points a source can watch; bit (1u << MRC_FN_x) in mrc_monitor.patched. */
 enum mrc_fn {
     MRC_FN_MUNMAP, MRC_FN_MMAP, MRC_FN_MREMAP, MRC_FN_MADVISE, MRC_FN_SHMAT, MRC_FN_SHMDT,
     MRC_FN_BRK, MRC_FN_LDSO_MUNMAP, MRC_FN_COUNT
 };
 
-/* Set by patch.c before it writes each jump: the function's libc entry point now lands
- * in the logic below, and mrc_real's pointer for it reaches the kernel directly. */
-extern unsigned mrc_monitor_patched;
+/* What every source of the monitor layer shares, set once by mrc_monitor_init (the
+ * patched bits by patch.c). */
+struct mrc_monitor {
+    struct mrc_inval_sink sink;
+    uint64_t page_size;
+    int preload;            /* the preload hooks watch the calls made through the PLT */
+    /* Set by patch.c before it writes each jump: the function's libc entry point now
+     * lands here, and mrc_real's pointer for it reaches the kernel directly. */
+    unsigned patched;
+};
+
+extern struct mrc_monitor mrc_monitor;
+
+/* Wires the monitors to their sink. At start-up, before any source is installed. */
+void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int preload);
 
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4   /* Linux 5.7; older headers lack it */
@@ -51,7 +66,7 @@ int mrc_on_shmdt(const void *addr);
 int mrc_on_brk(void *addr);
 void *mrc_on_sbrk(intptr_t incr);
 /* sbrk_fn(incr), with the pages a shrinking call gives back invalidated around it; the
- * caller has decided the call is watched (patch.c's chained sbrk uses it too). */
+ * caller has decided the call is watched (patch_chain.c's chained sbrk uses it too). */
 void *mrc_monitor_sbrk_shrink(void *(*sbrk_fn)(intptr_t), intptr_t incr);
 
 #endif

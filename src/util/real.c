@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "interpose/real.h"
+#include "util/real.h"
 #include "util/log.h"
 
 struct mrc_real_fns mrc_real;

@@ -33,7 +33,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "backend/verify.h"
+#include "verbs/verify.h"
 #include "util/log.h"
 #include "util/rawmem.h"
 #include "util/stats.h"

@@ -3,24 +3,22 @@
  * so the caller's pointer is the handle) carrying the caller's addr and length and the
  * shared keys; a handle is ours iff it lies in the handle pool and is marked live;
  * foreign MRs (made before we were ready, dmabuf, ODP, ...) pass through untouched; a
- * forked child never deregisters a handle made by its parent. */
+ * handle made in an older fork generation (a parent's) is never deregistered. */
 #include <errno.h>
 #include <pthread.h>
 #include <infiniband/verbs.h>
 #include <string.h>
 
-#include "backend/mr.h"
 #include "backend/verbs_ops.h"
-#include "backend/verify.h"
-#include "interpose/real.h"
-#include "interpose/state.h"
 #include "monitor/uffd.h"
 #include "util/callsite.h"
-#include "util/dumpsig.h"
 #include "util/hot.h"
 #include "util/leaks.h"
 #include "util/log.h"
+#include "util/real.h"
 #include "util/stats.h"
+#include "verbs/mr.h"
+#include "verbs/verify.h"
 
 #define HANDLE_LIVE 0x4d52434c   /* "MRCL" */
 #define HANDLE_FREE 0x66726565
@@ -41,9 +39,10 @@ struct mrc_handle {
 #define TLS_HANDLES 32
 static __thread struct mrc_handle *tls_free;
 static __thread unsigned tls_nfree;
-static __thread int tls_in_reg;   /* re-entry from libibverbs (reg_mr -> iova2@plt) */
+__thread int mrc_verbs_tls_in_reg;
 static pthread_key_t tls_key;     /* returns a dead thread's free handles to the pool */
 static __thread int tls_keyed;
+static struct mrc_pool *tls_pool; /* the pool those handles go back to */
 
 static void tls_handles_release(void *arg)
 {
@@ -51,19 +50,22 @@ static void tls_handles_release(void *arg)
     while (tls_free) {
         struct mrc_handle *h = tls_free;
         tls_free = h->next_free;
-        mrc_pool_put(&mrc_g.handles, h);
+        mrc_pool_put(tls_pool, h);
     }
     tls_nfree = 0;
 }
 
-void mrc_mr_init(void)
+void mrc_verbs_init(struct mrc_verbs *v, const struct mrc_verbs_params *p)
 {
-    mrc_pool_init(&mrc_g.handles, sizeof(struct mrc_handle), 1);
+    v->cache = p->cache;
+    v->fork_gen = p->fork_gen;
+    mrc_pool_init(&v->handles, sizeof(struct mrc_handle), 1);
+    tls_pool = &v->handles;
     pthread_key_create(&tls_key, tls_handles_release);
-    mrc_verify_init(mrc_g.cfg.verify, mrc_g.cfg.max_entries);
+    mrc_verify_init(p->verify_period, p->max_entries);
 }
 
-MRC_HOT static struct mrc_handle *handle_alloc(void)
+MRC_HOT static struct mrc_handle *handle_alloc(struct mrc_verbs *v)
 {
     struct mrc_handle *h = tls_free;
     if (h) {
@@ -72,10 +74,10 @@ MRC_HOT static struct mrc_handle *handle_alloc(void)
         memset(h, 0, sizeof(*h));
         return h;
     }
-    return mrc_pool_get(&mrc_g.handles);
+    return mrc_pool_get(&v->handles);
 }
 
-MRC_HOT static void handle_free(struct mrc_handle *h)
+MRC_HOT static void handle_free(struct mrc_verbs *v, struct mrc_handle *h)
 {
     __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_RELEASE);
     if (!tls_keyed) {
@@ -88,60 +90,45 @@ MRC_HOT static void handle_free(struct mrc_handle *h)
         tls_nfree++;
         return;
     }
-    mrc_pool_put(&mrc_g.handles, h);
+    mrc_pool_put(&v->handles, h);
 }
 
 /* Our live handle, or NULL for an MR that is not ours. */
-MRC_HOT static struct mrc_handle *handle_of(struct ibv_mr *mr)
+MRC_HOT static struct mrc_handle *handle_of(struct mrc_verbs *v, struct ibv_mr *mr)
 {
-    if (!mrc_pool_owns(&mrc_g.handles, mr))
+    if (!v || !mrc_pool_owns(&v->handles, mr))
         return NULL;
     return (struct mrc_handle *)mr;
 }
 
-static struct ibv_mr *passthrough_reg(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
-                                      unsigned int access)
+struct ibv_mr *mrc_verbs_reg_uncached(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
 {
     mrc_stat_add(MRC_STAT_UNCACHED, 1);
     return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
 }
 
-MRC_HOT struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
+MRC_HOT struct ibv_mr *mrc_verbs_reg_mr(struct mrc_verbs *v, struct ibv_pd *pd, void *addr, size_t len,
+                                        uint64_t iova, unsigned int access)
 {
-    if (mrc_real_verbs()) {
-        errno = ENOSYS;
-        return NULL;
-    }
-    if (!mrc_ready() || !__atomic_load_n(&mrc_g.cfg.enable, __ATOMIC_RELAXED) || tls_in_reg) {
-        /* Caching stopped while running: what reaches the NIC is still counted. */
-        if (mrc_ready() && !tls_in_reg && __atomic_load_n(&mrc_g.caching_off, __ATOMIC_RELAXED))
-            return passthrough_reg(pd, addr, len, iova, access);
-        return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
-    }
-    if (!pd || !addr || !len || !mrc_verbs_cacheable(access))
-        return passthrough_reg(pd, addr, len, iova, access);
-    if (!__atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED))
-        mrc_on_first_registration();   /* also in a forked child, whose cache starts unused */
-    mrc_dumpsig_poll();          /* MRCACHE_DUMP_SIGNAL: dump here, outside any hook */
     /* An unmap the userfaultfd handler has read but not yet invalidated (its unmapper
      * already returned, e.g. from a raw syscall, and may be registering the address
      * again) must be invalidated before the lookup. One load while the handler is idle. */
     mrc_uffd_quiesce();
 
-    struct mrc_handle *h = handle_alloc();
+    struct mrc_handle *h = handle_alloc(v);
     if (!h) {
         errno = ENOMEM;
         return NULL;
     }
     struct mrc_entry *e;
     uint64_t mark = mrc_callsite_mark();   /* call sites: tells a hit from a miss */
-    tls_in_reg = 1;
+    mrc_verbs_tls_in_reg = 1;
     /* MRCACHE_VERIFY off, this is all it costs a hit: one load, one predictable branch. */
-    int rc = mrc_verify_on() ? mrc_verify_get(&mrc_g.cache, pd, (uintptr_t)addr, len, iova, access, &e)
-                             : mrc_cache_get(&mrc_g.cache, pd, (uintptr_t)addr, len, iova, access, &e);
-    tls_in_reg = 0;
+    int rc = mrc_verify_on() ? mrc_verify_get(v->cache, pd, (uintptr_t)addr, len, iova, access, &e)
+                             : mrc_cache_get(v->cache, pd, (uintptr_t)addr, len, iova, access, &e);
+    mrc_verbs_tls_in_reg = 0;
     if (rc) {
-        handle_free(h);
+        handle_free(v, h);
         errno = -rc;
         return NULL;
     }
@@ -156,7 +143,7 @@ MRC_HOT struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, 
     h->access = access;
     h->iova = iova;
     h->entry = e;
-    h->fork_gen = mrc_g.fork_gen;
+    h->fork_gen = *v->fork_gen;
     int hit;
     struct mrc_callsite *site = mrc_callsite_count(len, mark, &hit);
     mrc_leaks_on_create(&h->leak, len, site, hit);
@@ -164,43 +151,38 @@ MRC_HOT struct ibv_mr *mrc_on_reg_mr(struct ibv_pd *pd, void *addr, size_t len, 
     return &h->mr;
 }
 
-struct ibv_mr *mrc_on_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
-                                    int access)
+struct ibv_mr *mrc_verbs_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
+                                       int access, int counted)
 {
-    if (mrc_real_verbs() || !mrc_real.reg_dmabuf_mr) {
+    if (!mrc_real.reg_dmabuf_mr) {
         errno = EOPNOTSUPP;
         return NULL;
     }
     /* Device memory: no pages of ours to watch, so never cached. */
-    if (mrc_ready())
+    if (counted)
         mrc_stat_add(MRC_STAT_UNCACHED, 1);
     return mrc_real.reg_dmabuf_mr(pd, offset, len, iova, fd, access);
 }
 
-MRC_HOT int mrc_on_dereg_mr(struct ibv_mr *mr)
+MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
 {
-    if (!mr)
-        return EINVAL;
-    if (mrc_real_verbs())
-        return ENOSYS;
-    struct mrc_handle *h = handle_of(mr);
+    struct mrc_handle *h = handle_of(v, mr);
     if (!h)
         return mrc_real.dereg_mr(mr);
-    mrc_dumpsig_poll();          /* a handle of ours: libmrcache is ready */
     /* A load and a store, not a locked exchange: deregistering one MR from two threads
      * at once is a program error under verbs too; a second deregistration later is
      * what this catches. */
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE)
         return EINVAL;          /* deregistered already: never touch it twice */
     __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_RELAXED);
-    if (h->fork_gen != mrc_g.fork_gen) {
+    if (h->fork_gen != *v->fork_gen) {
         /* Made by our parent before fork: its registration shares the device file with
          * the parent, which still uses it. Forget the handle, touch nothing. */
-        handle_free(h);
+        handle_free(v, h);
         return 0;
     }
     if (h->entry) {
-        mrc_cache_put(&mrc_g.cache, h->entry);
+        mrc_cache_put(v->cache, h->entry);
         mrc_stat_add(MRC_STAT_RELEASES, 1);
     } else {
         int rc = mrc_real.dereg_mr(h->priv);
@@ -210,7 +192,7 @@ MRC_HOT int mrc_on_dereg_mr(struct ibv_mr *mr)
         }
     }
     mrc_leaks_on_release(&h->leak);
-    handle_free(h);
+    handle_free(v, h);
     return 0;
 }
 
@@ -225,16 +207,15 @@ static void copy_mr_fields(struct mrc_handle *h, const struct ibv_mr *real)
     h->mr.rkey = real->rkey;
 }
 
-int mrc_on_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)
+int mrc_verbs_rereg_mr(struct mrc_verbs *v, struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len,
+                       int access)
 {
-    if (!mr)
+    if (!mrc_real.rereg_mr)
         return IBV_REREG_MR_ERR_INPUT;
-    if (mrc_real_verbs() || !mrc_real.rereg_mr)
-        return IBV_REREG_MR_ERR_INPUT;
-    struct mrc_handle *h = handle_of(mr);
+    struct mrc_handle *h = handle_of(v, mr);
     if (!h)
         return mrc_real.rereg_mr(mr, flags, pd, addr, len, access);
-    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE || h->fork_gen != mrc_g.fork_gen)
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE || h->fork_gen != *v->fork_gen)
         return IBV_REREG_MR_ERR_INPUT;
     if (h->entry) {
         /* A cached registration is shared: changing it would change every other
@@ -248,7 +229,7 @@ int mrc_on_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
             mrc_real.dereg_mr(priv);
             return rc;
         }
-        mrc_cache_put(&mrc_g.cache, h->entry);
+        mrc_cache_put(v->cache, h->entry);
         h->entry = NULL;
         h->priv = priv;
         copy_mr_fields(h, priv);
@@ -269,21 +250,38 @@ static int match_context(const struct mrc_entry *e, void *ctx)
     return ((struct ibv_mr *)e->reg)->context == ctx;
 }
 
-int mrc_on_dealloc_pd(struct ibv_pd *pd)
+uint64_t mrc_verbs_flush_pd(struct mrc_verbs *v, struct ibv_pd *pd)
 {
-    if (mrc_real_verbs())
-        return ENOSYS;
-    /* Idle cached MRs would make the pd busy where the program has released them all. */
-    if (mrc_ready())
-        mrc_cache_flush(&mrc_g.cache, match_pd, pd);
-    return mrc_real.dealloc_pd(pd);
+    return mrc_cache_flush(v->cache, match_pd, pd);
 }
 
-int mrc_on_close_device(struct ibv_context *ctx)
+uint64_t mrc_verbs_flush_context(struct mrc_verbs *v, struct ibv_context *ctx)
 {
-    if (mrc_real_verbs())
-        return ENOSYS;
-    if (mrc_ready())
-        mrc_cache_flush(&mrc_g.cache, match_context, ctx);
-    return mrc_real.close_device(ctx);
+    return mrc_cache_flush(v->cache, match_context, ctx);
+}
+
+void mrc_verbs_set_reserve(struct mrc_verbs *v, void (*low)(void *arg), void *arg)
+{
+    /* One chunk (about 1k handles) covers a burst of registrations kept open. */
+    mrc_pool_set_reserve(&v->handles, low ? 1 : 0, low, arg);
+}
+
+void mrc_verbs_refill(struct mrc_verbs *v)
+{
+    mrc_pool_refill(&v->handles);
+}
+
+void mrc_verbs_fork_prepare(struct mrc_verbs *v)
+{
+    pthread_mutex_lock(&v->handles.lock);
+}
+
+void mrc_verbs_fork_parent(struct mrc_verbs *v)
+{
+    pthread_mutex_unlock(&v->handles.lock);
+}
+
+void mrc_verbs_fork_child(struct mrc_verbs *v)
+{
+    mrc_pool_reset_lock(&v->handles);
 }

@@ -1,11 +1,11 @@
-/* monitor.c - the munmap family: each call's doomed range, invalidated before the call
- * and again after it if a registration raced with it (mrc_cache_unmap_begin/done).
- * Invariants: while the cache was never used each call is a load and a branch; nothing
- * here allocates or deregisters; errno is the real call's. MADV_FREE is not an unmap:
- * the kernel never discards pinned pages on MADV_FREE, so a registration stays valid.
- * A call is watched when the preload source is on or its libc entry point is patched
- * (then both paths arrive here once: mrc_real's pointer is the direct syscall). A new
- * mapping first waits for the userfaultfd handler to finish what it has read. */
+/* unmap.c - the munmap family: each call's doomed range, published to the sink before
+ * the call and after it (mrc_sink_begin/done; the receiver decides what a registration
+ * racing with the call means).
+ * Invariants: while the sink is not armed each call is a load and a branch; nothing here
+ * allocates or deregisters; errno is the real call's. MADV_FREE is not an unmap: the
+ * kernel never discards pinned pages on MADV_FREE, so a registration stays valid. A call
+ * is watched when the preload source is on or its libc entry point is patched (then both
+ * paths arrive here once: mrc_real's pointer is the direct syscall). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -15,21 +15,27 @@
 #include <sys/shm.h>
 #include <unistd.h>
 
-#include "interpose/real.h"
-#include "interpose/state.h"
-#include "monitor/monitor.h"
+#include "monitor/unmap.h"
+#include "util/real.h"
 
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
 #endif
 
-unsigned mrc_monitor_patched;
+struct mrc_monitor mrc_monitor;
 
-/* The fast path while nothing was ever registered: one load and a branch. */
+void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int preload)
+{
+    mrc_monitor.sink = *sink;
+    mrc_monitor.page_size = page_size;
+    mrc_monitor.preload = preload;
+}
+
+/* The fast path while nothing was ever registered: a load and a branch. */
 static inline int watching(enum mrc_fn fn)
 {
-    return __atomic_load_n(&mrc_g.cache.active, __ATOMIC_RELAXED) &&
-           (mrc_g.watch_unmaps || (__atomic_load_n(&mrc_monitor_patched, __ATOMIC_RELAXED) & (1u << fn)));
+    return mrc_sink_armed(&mrc_monitor.sink) &&
+           (mrc_monitor.preload || (__atomic_load_n(&mrc_monitor.patched, __ATOMIC_RELAXED) & (1u << fn)));
 }
 
 /* libc's idea of the break. Read directly rather than through sbrk(0), which calls brk
@@ -45,7 +51,7 @@ static char *current_break(void)
 
 static uint64_t page_mask(void)
 {
-    return mrc_g.cache.p.page_size - 1;
+    return mrc_monitor.page_size - 1;
 }
 
 /* [addr, addr+len) widened to whole pages, as the kernel applies it. */
@@ -68,13 +74,13 @@ static void op_begin(struct unmap_op *op, const void *addr, size_t len, enum mrc
 {
     page_range(addr, len, &op->start, &op->len);
     op->cause = cause;
-    op->ticket = mrc_cache_unmap_begin(&mrc_g.cache, op->start, op->len, cause);
+    op->ticket = mrc_sink_begin(&mrc_monitor.sink, op->start, op->len, cause);
 }
 
 static void op_done(const struct unmap_op *op)
 {
     int saved = errno;
-    mrc_cache_unmap_done(&mrc_g.cache, op->ticket, op->start, op->len, op->cause);
+    mrc_sink_done(&mrc_monitor.sink, op->ticket, op->start, op->len, op->cause);
     errno = saved;
 }
 
@@ -239,7 +245,7 @@ void *mrc_monitor_sbrk_shrink(void *(*sbrk_fn)(intptr_t), intptr_t incr)
 void *mrc_on_sbrk(intptr_t incr)
 {
     /* With brk patched, libc's sbrk calls it directly: that path invalidates. */
-    if (incr >= 0 || (__atomic_load_n(&mrc_monitor_patched, __ATOMIC_RELAXED) & (1u << MRC_FN_BRK)) ||
+    if (incr >= 0 || (__atomic_load_n(&mrc_monitor.patched, __ATOMIC_RELAXED) & (1u << MRC_FN_BRK)) ||
         !watching(MRC_FN_BRK))
         return mrc_real.sbrk(incr);
     return mrc_monitor_sbrk_shrink(mrc_real.sbrk, incr);

@@ -12,7 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "core/pool.h"
+#include "util/pool.h"
 #include "util/hot.h"
 #include "util/rawmem.h"
 
@@ -225,4 +225,20 @@ void mrc_pool_reset_lock(struct mrc_pool *p)
 {
     pthread_mutex_init(&p->lock, NULL);
     p->preparing = 0;
+}
+
+size_t mrc_pool_live(struct mrc_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t n = p->live;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+void mrc_pool_destroy(struct mrc_pool *p)
+{
+    for (unsigned i = 0; i < p->narenas; i++)
+        mrc_raw_unmap((void *)p->arenas[i].start, p->arenas[i].end - p->arenas[i].start);
+    pthread_mutex_destroy(&p->lock);
+    memset(p, 0, sizeof(*p));
 }

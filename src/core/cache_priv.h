@@ -1,0 +1,119 @@
+/* cache_priv.h - what the cache core's files share (cache.c: lookup, registration,
+ * release, eviction; cache_inval.c: invalidation): relaxed accessors, the entry of a
+ * tree node, the LRU and young-set steps both take, the race check of a miss against the
+ * invalidations announced since it began. Not for other layers. Everything here runs
+ * under the cache lock unless it says otherwise. */
+#ifndef MRC_CACHE_PRIV_H
+#define MRC_CACHE_PRIV_H
+
+#include <stddef.h>
+
+#include "core/cache.h"
+
+#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+
+static inline struct mrc_entry *mrc_entry_of(struct mrc_itree_node *n)
+{
+    return (struct mrc_entry *)((char *)n - offsetof(struct mrc_entry, node));
+}
+
+static inline void lru_unlink(struct mrc_entry *e)
+{
+    e->lru_prev->lru_next = e->lru_next;
+    e->lru_next->lru_prev = e->lru_prev;
+    e->lru_next = e->lru_prev = NULL;
+}
+
+/* Takes young[i] out; the last one moves into its place. */
+static inline void young_remove_at_locked(struct mrc_cache *c, unsigned i)
+{
+    unsigned n = LD(&c->nyoung) - 1;
+    c->young[i] = c->young[n];
+    ST(&c->nyoung, n);
+}
+
+/* Whether a young entry may overlap [first, last]. */
+static inline int young_may_overlap(const struct mrc_cache *c, uint64_t first, uint64_t last)
+{
+    return LD(&c->nyoung) && c->young_first <= last && first <= c->young_last;
+}
+
+/* Makes sure the calling thread's statistics block exists before it takes the lock:
+ * creating one may allocate (pthread_setspecific), which the lock must never be held
+ * across; settling and deferring count statistics under it. */
+static inline void stats_ready(void)
+{
+    (void)mrc_stats_block();
+}
+
+/* Whether an invalidation begun at or after seq0 overlaps [first, last]. Unknown (a
+ * slot overwritten or still being written) counts as overlapping. */
+static inline int raced_locked(struct mrc_cache *c, uint64_t seq0, uint64_t first, uint64_t last)
+{
+    uint64_t now = __atomic_load_n(&c->inval_seq, __ATOMIC_SEQ_CST);
+    if (now - seq0 > MRC_INVAL_RING)
+        return 1;
+    for (uint64_t s = seq0; s < now; s++) {
+        __typeof__(c->ring[0]) *slot = &c->ring[s % MRC_INVAL_RING];
+        if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != s + 1)
+            return 1;
+        /* Acquire loads keep the second read of seq after them (a seqlock read). */
+        uint64_t f = __atomic_load_n(&slot->first, __ATOMIC_ACQUIRE);
+        uint64_t l = __atomic_load_n(&slot->last, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&slot->seq, __ATOMIC_RELAXED) != s + 1)
+            return 1;
+        if (f <= last && first <= l)
+            return 1;
+    }
+    return 0;
+}
+
+/* Counters of one invalidation, applied once at its end (under the lock throughout). */
+struct inval_batch {
+    struct mrc_cache *c;
+    uint64_t bytes, ndeferred, deferred_bytes;
+};
+
+/* An entry the tree has just let go of (mrc_itree_remove_range's and walk_run's
+ * callback): what cache.c's entry_remove_locked and drop_tree_ref_locked do, with the
+ * counters batched. One atomic read-modify-write per entry: the reference drop, which
+ * also orders the IN_TREE clear before any hint reader's later increment (see
+ * entry_remove_locked). */
+static inline void inval_one_locked(struct mrc_itree_node *node, void *arg)
+{
+    struct inval_batch *b = arg;
+    struct mrc_entry *e = mrc_entry_of(node);
+    uint64_t len = mrc_entry_len(e);
+    ST(&e->flags, LD(&e->flags) & ~MRC_E_IN_TREE);
+    lru_unlink(e);
+    b->bytes += len;
+    if (__atomic_fetch_sub(&e->ref, 1, __ATOMIC_SEQ_CST) == 1) {
+        e->lru_next = b->c->deferred;
+        b->c->deferred = e;
+        b->ndeferred++;
+        b->deferred_bytes += len;
+    }
+}
+
+/* Applies n invalidated entries' counters (under the lock). */
+static inline void inval_count_locked(struct mrc_cache *c, const struct inval_batch *b, uint64_t n)
+{
+    if (!n)
+        return;
+    __atomic_store_n(&c->tree_count, c->tree_count - n, __ATOMIC_RELEASE);   /* as entry_remove_locked */
+    c->tree_bytes -= b->bytes;
+    ST(&c->ndeferred, c->ndeferred + b->ndeferred);
+    ST(&c->deferred_bytes, c->deferred_bytes + b->deferred_bytes);
+}
+
+static inline void inval_stats(uint64_t n, enum mrc_inval_cause cause)
+{
+    if (!n)
+        return;
+    mrc_stat_add(MRC_STAT_INVALIDATED, n);
+    mrc_stat_add((enum mrc_stat)(MRC_STAT_INVAL_BASE + cause), n);
+}
+
+
+#endif

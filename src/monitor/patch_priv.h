@@ -1,0 +1,44 @@
+/* patch_priv.h - what the patch source's files share: the entry points (patch.c), the
+ * state of each watched one, and the self-test's probe. Not for other layers. */
+#ifndef MRC_PATCH_PRIV_H
+#define MRC_PATCH_PRIV_H
+
+#include <stdint.h>
+
+#include "monitor/unmap.h"
+
+/* sbrk is not patched at start-up (glibc's sbrk calls brk, which is), but once another
+ * library patches it, glibc's heap trimming (__sbrk with a negative increment) reaches
+ * that library's hook instead of brk: it is watched and chained like the others. */
+#define MRC_FN_SBRK MRC_FN_COUNT
+#define MRC_PATCH_NFN (MRC_FN_COUNT + 1)
+
+struct mrc_patch_target {
+    const char *name;
+    const char *shape;      /* the first bytes, which the jump replaces and more */
+    void *hook;             /* where the jump lands */
+    void **real;            /* mrc_real's pointer, redirected to the direct call */
+    void *sys;              /* the direct call (patch_sys.c) */
+};
+
+extern const struct mrc_patch_target mrc_patch_targets[MRC_FN_COUNT];
+
+/* The watched entry points (NULL once given up) and their first 8 bytes as we last
+ * left them; which mrc_fn bits are patched, and how many. */
+extern uint8_t *mrc_patch_entry[MRC_PATCH_NFN];
+extern uint64_t mrc_patch_head[MRC_PATCH_NFN];
+extern unsigned mrc_patch_mask;
+extern int mrc_patch_count;
+
+/* Starts watching entry (its head is taken as ours now). */
+void mrc_patch_watch(int fn, uint8_t *entry);
+
+/* What still watches a function left unpatched. */
+const char *mrc_patch_fallback(void);
+
+/* The self-test's probe: between arm and disarm, each patched hook entered with an
+ * address in [p, p+len) sets its mrc_fn bit, which disarm returns. */
+void mrc_patch_probe_arm(const void *p, size_t len);
+unsigned mrc_patch_probe_disarm(void);
+
+#endif

@@ -1,0 +1,221 @@
+/* patch_x86.c - x86-64 code writing for the patch source (see patch_x86.h): shapes,
+ * jumps, moving another library's jump into a stub near libc, and the store that swaps an
+ * entry point's head.
+ * Invariants: every write goes to a page made RWX, never RW; the entry's head changes
+ * only by aligned stores (2 bytes while writing a jump, 8 bytes when swapping one), each
+ * followed by a serialisation of every thread (membarrier) where the kernel offers it. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "monitor/patch_x86.h"
+
+#ifndef MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE
+#define MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE (1 << 5)
+#define MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE (1 << 6)
+#endif
+
+#define STUB_SIZE 32
+
+size_t mrc_x86_shape_match(const uint8_t *code, const char *shape)
+{
+    size_t i = 0;
+    for (const char *s = shape; *s; s += (s[2] ? 3 : 2), i++) {
+        if (s[0] == '?')
+            continue;
+        unsigned v = (unsigned)strtoul((char[3]){ s[0], s[1], 0 }, NULL, 16);
+        if (code[i] != v)
+            return 0;
+    }
+    return i;
+}
+
+int mrc_x86_foreign_jump(const uint8_t *c)
+{
+    return c[0] == 0xe9 || c[0] == 0xeb || (c[0] == 0xff && c[1] == 0x25) || c[0] == 0xcc ||
+           c[0] == 0x68 || ((c[0] == 0x48 || c[0] == 0x49) && (c[1] & 0xf8) == 0xb8);
+}
+
+static long page_size(void)
+{
+    static long pg;
+    if (!pg)
+        pg = sysconf(_SC_PAGESIZE);
+    return pg;
+}
+
+static int sys_mprotect(void *a, size_t len, int prot)
+{
+    return (int)MRC_SC(SYS_mprotect, a, len, prot, 0, 0, 0);
+}
+
+static int membarrier_ok;
+
+void mrc_x86_sync_init(void)
+{
+    membarrier_ok = MRC_SC(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0, 0, 0, 0) == 0;
+}
+
+static void sync_cores(void)
+{
+    /* Other threads may hold stale decoded instructions: make each serialise. */
+    if (membarrier_ok)
+        MRC_SC(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0, 0, 0, 0);
+}
+
+/* The pages holding the code bytes [p, p + n): their start and length, for mprotect. */
+static void code_pages(const uint8_t *p, size_t n, uintptr_t *lo, size_t *len)
+{
+    uintptr_t psz = (uintptr_t)page_size();
+    *lo = (uintptr_t)p & ~(psz - 1);
+    *len = (((uintptr_t)p + n + psz - 1) & ~(psz - 1)) - *lo;
+}
+
+int mrc_x86_write_jump(uint8_t *entry, void *hook)
+{
+    uint8_t code[MRC_X86_JUMP_LEN] = { 0x49, 0xbb };    /* movabs $hook, %r11 */
+    uint64_t h = (uint64_t)(uintptr_t)hook;
+    memcpy(code + 2, &h, 8);
+    code[10] = 0x41, code[11] = 0xff, code[12] = 0xe3;  /* jmp *%r11 */
+
+    uintptr_t lo;
+    size_t len;
+    code_pages(entry, MRC_X86_JUMP_LEN, &lo, &len);
+    /* RWX, never RW: other threads may be executing elsewhere on these pages. */
+    int rc = sys_mprotect((void *)lo, len, PROT_READ | PROT_WRITE | PROT_EXEC);
+    if (rc)
+        return rc;
+    /* 1: a spin loop at the entry (one aligned 2-byte store), so a thread arriving now
+     * waits instead of running half-old, half-new bytes; 2: the rest; 3: the first two
+     * bytes, again in one store. */
+    __atomic_store_n((uint16_t *)entry, (uint16_t)0xfeeb, __ATOMIC_SEQ_CST);
+    sync_cores();
+    memcpy(entry + 2, code + 2, MRC_X86_JUMP_LEN - 2);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    sync_cores();
+    uint16_t head;
+    memcpy(&head, code, 2);
+    __atomic_store_n((uint16_t *)entry, head, __ATOMIC_SEQ_CST);
+    sync_cores();
+    sys_mprotect((void *)lo, len, PROT_READ | PROT_EXEC);
+    return 0;
+}
+
+/* Stubs and trampolines live in one page within a rel32 jump of libc: the new head of an
+ * entry must be a single instruction inside its first 8 bytes. */
+static uint8_t *near_page;
+static size_t near_used;
+
+static int near(const uint8_t *from, const uint8_t *to)
+{
+    int64_t d = (int64_t)((intptr_t)to - (intptr_t)from);
+    return d > INT32_MIN / 2 && d < INT32_MAX / 2;
+}
+
+uint8_t *mrc_x86_stub_alloc(const uint8_t *entry)
+{
+    long pg = page_size();
+    for (uintptr_t d = 1ul << 20; !near_page && d < (1ul << 30); d <<= 1)
+        for (int s = -1; s <= 1 && !near_page; s += 2) {
+            uintptr_t hint = ((uintptr_t)entry + (uintptr_t)(s * (intptr_t)d)) & ~(uintptr_t)(pg - 1);
+            long p = MRC_SC(SYS_mmap, hint, pg, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                            -1, 0);
+            if ((unsigned long)p > -4096ul)
+                continue;
+            if (near((uint8_t *)p, entry))
+                near_page = (uint8_t *)p;
+            else
+                MRC_SC(SYS_munmap, p, pg, 0, 0, 0, 0);   /* a kernel that took the hint as a hint */
+        }
+    if (!near_page || near_used + STUB_SIZE > (size_t)pg || !near(near_page + near_used, entry) ||
+        sys_mprotect(near_page, (size_t)pg, PROT_READ | PROT_WRITE | PROT_EXEC))
+        return NULL;
+    near_used += STUB_SIZE;
+    return near_page + near_used - STUB_SIZE;
+}
+
+void mrc_x86_stub_seal(uint8_t *slot, int keep)
+{
+    if (slot && !keep && slot == near_page + near_used - STUB_SIZE)
+        near_used -= STUB_SIZE;
+    if (near_page)
+        sys_mprotect(near_page, (size_t)page_size(), PROT_READ | PROT_EXEC);
+}
+
+void mrc_x86_abs_jump(uint8_t *at, uint64_t target)
+{
+    static const uint8_t op[6] = { 0xff, 0x25, 0, 0, 0, 0 };
+    memcpy(at, op, 6);
+    memcpy(at + 6, &target, 8);
+}
+
+int mrc_x86_move_jump(const uint8_t *c, uint8_t *t)
+{
+    if (c[0] == 0xe9) {
+        int32_t d;
+        memcpy(&d, c + 1, 4);
+        mrc_x86_abs_jump(t, (uint64_t)(uintptr_t)(c + 5) + (uint64_t)(int64_t)d);
+        return 1;
+    }
+    if ((c[0] == 0x48 || c[0] == 0x49) && (c[1] & 0xf8) == 0xb8) {
+        uint8_t reg = c[1] & 7;
+        size_t n = c[0] == 0x48 ? (c[10] == 0xff && c[11] == (0xe0 | reg) ? 12 : 0)
+                                : (c[10] == 0x41 && c[11] == 0xff && c[12] == (0xe0 | reg) ? 13 : 0);
+        memcpy(t, c, n);
+        return n != 0;
+    }
+    if (c[0] == 0xff && c[1] == 0x25) {
+        int32_t d;
+        memcpy(&d, c + 2, 4);
+        uint64_t slot = (uint64_t)(uintptr_t)(c + 6) + (uint64_t)(int64_t)d;
+        t[0] = 0x49, t[1] = 0xbb;                       /* movabs $slot, %r11 */
+        memcpy(t + 2, &slot, 8);
+        t[10] = 0x41, t[11] = 0xff, t[12] = 0x23;       /* jmp *(%r11) */
+        return 1;
+    }
+    return 0;
+}
+
+uint64_t mrc_x86_jump_target(const uint8_t *c)
+{
+    uint8_t t[16] = { 0 };
+    uint64_t to = 0;
+    if (!mrc_x86_move_jump(c, t))
+        return 0;
+    memcpy(&to, t[0] == 0xff ? t + 6 : t + 2, 8);
+    if (t[0] == 0x49 && t[12] == 0x23)
+        to = *(const uint64_t *)(uintptr_t)to;          /* through a slot */
+    return to;
+}
+
+/* A thread fetching the entry meanwhile sees all of the old first instruction or all of
+ * the new one (a locked store within one cache line; instruction fetch is coherent with
+ * it), and membarrier then makes every thread serialise before it runs user code again,
+ * so none executes bytes it decoded earlier. Only bytes 0-7 change (5-7 keep their
+ * values): with a two-instruction foreign jump (movabs; jmp *%reg) a thread already past
+ * the movabs runs the unchanged jmp at offset 10 into the other hook, as it would have a
+ * moment earlier. Whoever changed the bytes meanwhile makes the page executable again,
+ * so the caller hears of it again. */
+uint64_t mrc_x86_swap_head(uint8_t *entry, uint64_t old, const uint8_t *stub)
+{
+    uint8_t b[8];
+    memcpy(b, &old, 8);
+    int32_t rel = (int32_t)((intptr_t)stub - (intptr_t)(entry + 5));
+    b[0] = 0xe9;
+    memcpy(b + 1, &rel, 4);
+    uint64_t head;
+    memcpy(&head, b, 8);
+    uintptr_t lo;
+    size_t len;
+    code_pages(entry, 8, &lo, &len);
+    if (sys_mprotect((void *)lo, len, PROT_READ | PROT_WRITE | PROT_EXEC))
+        return 0;
+    int ok = __atomic_compare_exchange_n((uint64_t *)entry, &old, head, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    sync_cores();
+    sys_mprotect((void *)lo, len, PROT_READ | PROT_EXEC);
+    return ok ? head : 0;
+}

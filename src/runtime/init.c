@@ -1,0 +1,242 @@
+/* init.c - start-up, fork, exit, and the decisions no lower layer makes: which sources
+ * watch memory, what a lost source means, when caching stops. The constructor reads the
+ * configuration, resolves libc's functions, wires the cache, the verbs front-end and the
+ * monitors together and installs the sources; nothing touches libibverbs until a
+ * registration arrives. Exit (an atexit handler, which runs before any library's
+ * destructor) deregisters idle entries while libibverbs is still loaded and dumps the
+ * statistics. Invariants: init is idempotent and re-entrant calls pass through (the
+ * state is 'initialising' before any call that could re-enter); a forked child forgets
+ * the parent's cache without deregistering anything. */
+#include <dlfcn.h>
+#include <infiniband/verbs.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/verbs_ops.h"
+#include "monitor/glibc_heap.h"
+#include "monitor/patch.h"
+#include "monitor/uffd.h"
+#include "monitor/unmap.h"
+#include "runtime/drainer.h"
+#include "runtime/route.h"
+#include "runtime/runtime.h"
+#include "runtime/state.h"
+#include "util/callsite.h"
+#include "util/clock.h"
+#include "util/dumpsig.h"
+#include "util/log.h"
+#include "util/real.h"
+
+static void on_exit_handler(void)
+{
+    if (!mrc_ready())
+        return;
+    /* libibverbs may have been unloaded with the plugin that brought it: then the
+     * kernel releases the MRs with the process, and calling into it would crash. */
+    void *lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (lib) {
+        mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
+        dlclose(lib);
+    }
+    mrc_rt_dump_at_exit();
+}
+
+void mrc_rt_first_registration(void)
+{
+    static int done;
+    mrc_drainer_start();   /* cheap once started; a forked child starts its own */
+    mrc_uffd_start();      /* the same; before any range is registered, so all are watched */
+    if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+        return;
+    if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+        return;
+    /* Registered now, not in the constructor, so that it runs before the destructors
+     * of libraries loaded since (libibverbs, its providers). */
+    atexit(on_exit_handler);
+    mrc_log_notes_warn();
+    MRC_INFO("unmap sources: %s", mrc_rt_monitor_name());
+}
+
+void mrc_rt_before_fork(void)
+{
+    /* In rdma-core's fork-safe mode (ibv_fork_init, RDMAV_FORK_SAFE, on kernels without
+     * copy-on-fork for pinned pages) registered pages are MADV_DONTFORK: absent in the
+     * child. Memory the program deregistered must be there, so idle cached MRs are
+     * deregistered first. Done before fork, not in an atfork handler, whose order
+     * against libibverbs' own handlers is not ours to choose. */
+    if (!mrc_ready() || !__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) || mrc_real_resolve_verbs() ||
+        !mrc_real.is_fork_initialized || mrc_real.is_fork_initialized() != IBV_FORK_ENABLED)
+        return;
+    mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
+}
+
+/* Not the cache lock: the child re-creates the cache from its parameters alone, and glibc
+ * takes its arena locks after these handlers, while a thread trimming a heap holds its
+ * arena's lock and waits in an unmap hook for the cache lock (as does the userfaultfd
+ * handler, which an unmapping thread that holds an arena lock may be waiting for). */
+static void fork_prepare(void)
+{
+    mrc_callsite_fork_lock();   /* a leaf lock: its order against the others is free */
+    mrc_verbs_fork_prepare(&mrc_rt.verbs);
+}
+
+static void fork_parent(void)
+{
+    mrc_verbs_fork_parent(&mrc_rt.verbs);
+    mrc_callsite_fork_unlock();
+}
+
+static void fork_child(void)
+{
+    /* The child shares the parent's device file: deregistering an inherited MR would
+     * deregister the parent's. Forget them; handles made before fork are ignored. */
+    mrc_verbs_fork_child(&mrc_rt.verbs);
+    mrc_drainer_forget();
+    mrc_uffd_child_reset();
+    mrc_rt.fork_gen++;
+    mrc_cache_forget(&mrc_rt.cache);
+    /* Forked while another thread was writing free's slots back: finish it here. */
+    if (__atomic_load_n(&mrc_glibc_heap_watching, __ATOMIC_ACQUIRE) && mrc_route_free_back())
+        mrc_rt_stop_caching("fork: the PLT calls of free cannot all be sent back through the allocator hooks");
+    mrc_stats_child_reset();
+    mrc_callsite_child_reset();
+}
+
+/* A source of memory events lost what it watched (the patch source: another library
+ * overwrote an entry point with code that cannot be chained). What it saw no longer
+ * reaches us, so: the allocator hooks resume where they can (they predict free's and
+ * trimming's unmaps), the program's frees are sent back through them, and nothing
+ * cached before is trusted (what the other code unmapped before we noticed went
+ * unseen). If the frees cannot all come back, caching stops. */
+static void source_lost(const char *lost, const char *still)
+{
+    int resumed = 0, unrouted = 0;
+    if (mrc_rt.malloc_usable)
+        resumed = !mrc_glibc_heap_watch(1);
+    if (resumed && mrc_route_free_back())
+        unrouted = 1;
+    if (__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED))
+        mrc_cache_invalidate(&mrc_rt.cache, 0, UINT64_MAX, MRC_INVAL_SOURCE_LOST);
+    const char *how = resumed ? " (the allocator hooks are back on: free's unmaps and heap trimming are predicted)"
+                      : __atomic_load_n(&mrc_glibc_heap_watching, __ATOMIC_RELAXED)
+                          ? " (the allocator hooks still predict free's unmaps and heap trimming)"
+                          : " (MRCACHE_MALLOC_HOOKS=0 or no preload source: nothing predicts them)";
+    if (__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED))
+        MRC_WARN("%s%s; %s", lost, how, still);   /* the first registration has passed: say it now */
+    else
+        mrc_log_note("%s%s; %s", lost, how, still);
+    if (unrouted)
+        mrc_rt_stop_caching("patch: the PLT calls of free cannot all be sent back through the allocator hooks "
+                            "(a read-only page could not be made writable, or another library rebound one), "
+                            "so free's unmaps would go unseen");
+}
+
+/* Every system call glibc's allocator unmaps with, seen from inside libc before it
+ * happens: predicting the allocator's releases would only repeat that, on every free. */
+static const unsigned malloc_paths = 1u << MRC_FN_MUNMAP | 1u << MRC_FN_MMAP | 1u << MRC_FN_MREMAP |
+                                     1u << MRC_FN_MADVISE | 1u << MRC_FN_BRK | 1u << MRC_FN_COUNT;
+/* The system calls that unmap anonymous memory: without all of them confirmed at a
+ * patched entry point, auto adds the userfaultfd source. */
+static const unsigned core_paths = 1u << MRC_FN_MUNMAP | 1u << MRC_FN_MMAP | 1u << MRC_FN_MREMAP |
+                                   1u << MRC_FN_MADVISE;
+
+/* Which sources watch memory, from MRCACHE_MONITOR and what the patch source's
+ * self-test confirms. */
+static void sources_install(void)
+{
+    const struct mrc_config *cfg = &mrc_rt.cfg;
+    struct mrc_inval_sink sink;
+    mrc_cache_sink(&mrc_rt.cache, &sink);
+    sink.source_lost = source_lost;
+    mrc_rt.watch_unmaps = (cfg->monitor & MRC_MONITOR_PRELOAD) != 0;
+    mrc_monitor_init(&sink, mrc_rt.cache.p.page_size, mrc_rt.watch_unmaps);
+    mrc_rt.malloc_usable = mrc_rt.watch_unmaps && cfg->malloc_hooks && mrc_glibc_heap_init();
+    mrc_glibc_heap_watch(mrc_rt.malloc_usable);
+    if (cfg->monitor & MRC_MONITOR_PATCH)
+        mrc_patch_install();
+    unsigned seen = cfg->monitor ? mrc_patch_selftest(mrc_rt.watch_unmaps) : 0;
+    if (mrc_rt.malloc_usable && (seen & malloc_paths) == malloc_paths) {
+        mrc_glibc_heap_watch(0);
+        MRC_INFO("allocator hooks idle: the patched entry points see glibc malloc's own unmaps");
+    }
+    /* auto: the userfaultfd joins when the self-test could not confirm every system call
+     * that unmaps anonymous memory arriving at a patched entry point (a sanitizer, an
+     * unknown glibc, another library's patch). It starts at the first registration. */
+    if ((cfg->monitor & MRC_MONITOR_UFFD) || ((cfg->monitor & MRC_MONITOR_AUTO) && (seen & core_paths) != core_paths))
+        mrc_uffd_configure((cfg->monitor & MRC_MONITOR_UFFD) != 0);
+    if (!cfg->monitor)
+        MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
+}
+
+void mrc_init(void)
+{
+    if (mrc_ready())
+        return;
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&mrc_rt.ready, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    mrc_rt.start_ns = mrc_now_ns();
+    mrc_clock_init();
+    mrc_config_load(&mrc_rt.cfg);
+    mrc_log_level = mrc_rt.cfg.log_level;
+    if (mrc_rt.cfg.help)
+        mrc_config_print_help(2);
+    mrc_real_resolve_libc();
+
+    uint64_t max_bytes = mrc_rt.cfg.max_bytes ? mrc_rt.cfg.max_bytes : mrc_config_auto_max_bytes();
+    long psz = sysconf(_SC_PAGESIZE);
+    struct mrc_cache_params p = {
+        .ops = mrc_verbs_ops,
+        .max_entries = mrc_rt.cfg.max_entries,
+        .max_bytes = max_bytes,
+        .max_deferred_bytes = mrc_rt.cfg.max_deferred_bytes,
+        .page_size = psz > 0 ? (uint64_t)psz : 4096,
+        .remote_mask = mrc_verbs_remote_mask(),
+        .local_super_mask = mrc_verbs_local_super_mask(),
+        .remote_policy = mrc_rt.cfg.remote_policy == MRC_CFG_REMOTE_NEVER ? MRC_REMOTE_NEVER : MRC_REMOTE_EXACT,
+        .deferred_full = mrc_drainer_wake,
+    };
+    mrc_cache_init(&mrc_rt.cache, &p);
+    struct mrc_verbs_params vp = {
+        .cache = &mrc_rt.cache,
+        .fork_gen = &mrc_rt.fork_gen,
+        .verify_period = mrc_rt.cfg.verify,
+        .max_entries = mrc_rt.cfg.max_entries,
+    };
+    mrc_verbs_init(&mrc_rt.verbs, &vp);
+    sources_install();
+    mrc_callsite_init(mrc_rt.cfg.callsites, mrc_rt.cfg.callsite_sample);
+    if (mrc_dumpsig_install(mrc_rt.cfg.dump_signal, mrc_rt_dump_now))
+        MRC_WARN("MRCACHE_DUMP_SIGNAL: cannot install the handler for signal %d", mrc_rt.cfg.dump_signal);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    MRC_DEBUG("ready: max %llu entries, %llu bytes; monitor %s", (unsigned long long)p.max_entries,
+              (unsigned long long)p.max_bytes, mrc_rt_monitor_name());
+    __atomic_store_n(&mrc_rt.ready, 2, __ATOMIC_RELEASE);
+}
+
+void mrc_rt_stop_caching(const char *why)
+{
+    if (__atomic_exchange_n(&mrc_rt.caching_off, 1, __ATOMIC_SEQ_CST))
+        return;
+    __atomic_store_n(&mrc_rt.cfg.enable, 0, __ATOMIC_SEQ_CST);
+    /* Nothing cached may be handed out again; the registrations in use stay their
+     * holders', every later one passes straight through to libibverbs, and one under
+     * way in the cache now stays its caller's alone. */
+    mrc_cache_close(&mrc_rt.cache, MRC_INVAL_SOURCE_LOST);
+    MRC_ERROR("%s: caching is OFF from here on (every registration goes to the NIC)", why);
+}
+
+void mrc_rt_free_direct(void (*self_free)(void *))
+{
+    /* Not in mrc_init, which a hook may run early (inside free, say): this binds lazy
+     * slots and opens objects. The allocator hooks idle for good unless a source is lost
+     * later (source_lost puts the slots back). */
+    if (mrc_ready() && !__atomic_load_n(&mrc_glibc_heap_watching, __ATOMIC_RELAXED) && mrc_rt.cfg.direct_free) {
+        unsigned n = mrc_route_free_direct(self_free);
+        MRC_INFO("free: %u PLT slot%s call the allocator directly", n, n == 1 ? "" : "s");
+    }
+}

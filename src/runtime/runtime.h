@@ -1,0 +1,42 @@
+/* runtime.h - what the interposition layer calls: start-up, the verbs entry points with
+ * the process's gates in front of the verbs front-end (ready, caching on, first use),
+ * fork, and the public API's logic. Each verbs function follows the errno contract of the
+ * call it implements; each mrc_rt_api_* function returns 0, a count or -errno and may
+ * change errno (the exported wrapper keeps the caller's). */
+#ifndef MRC_RUNTIME_H
+#define MRC_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ibv_pd;
+struct ibv_mr;
+struct ibv_context;
+struct mrcache_stats;
+
+/* Sets everything up (idempotent; the constructor calls it, a hook entered earlier may). */
+void mrc_init(void);
+
+/* From the constructor, after mrc_init: while the allocator hooks idle, the PLT calls of
+ * free in the objects loaded so far go straight to the allocator instead of through
+ * self_free (libmrcache's own free). */
+void mrc_rt_free_direct(void (*self_free)(void *));
+
+struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access);
+struct ibv_mr *mrc_rt_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
+                                    int access);
+int mrc_rt_dereg_mr(struct ibv_mr *mr);
+int mrc_rt_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access);
+int mrc_rt_dealloc_pd(struct ibv_pd *pd);
+int mrc_rt_close_device(struct ibv_context *ctx);
+
+/* Before the real fork (the exported fork's): what rdma-core's fork-safe mode needs. */
+void mrc_rt_before_fork(void);
+
+int mrc_rt_api_monitors(void);
+int mrc_rt_api_invalidate(const void *addr, size_t len, unsigned flags);
+int mrc_rt_api_flush(struct ibv_pd *pd, unsigned flags);
+int mrc_rt_api_stats_read(size_t size, struct mrcache_stats *out);
+int mrc_rt_api_stats_dump(int fd, unsigned flags);
+
+#endif

@@ -1,0 +1,52 @@
+/* state.h - the process-wide state, owned by the runtime and included by runtime files
+ * only: configuration, the cache, the verbs front-end over it, readiness, whether caching
+ * stopped, the fork generation. Layers below get what they need as parameters or
+ * callbacks at init. Invariant: nothing is touched before mrc_ready(); until then every
+ * call passes straight through. */
+#ifndef MRC_STATE_H
+#define MRC_STATE_H
+
+#include <stdint.h>
+
+#include "core/cache.h"
+#include "util/config.h"
+#include "verbs/mr.h"
+
+struct mrc_runtime {
+    struct mrc_config cfg;
+    struct mrc_cache cache;
+    struct mrc_verbs verbs;
+    int ready;              /* 0 not yet, 1 initialising, 2 ready */
+    uint32_t fork_gen;      /* bumped in a forked child: older handles are the parent's */
+    int watch_unmaps;       /* MRCACHE_MONITOR's preload source: the munmap-family hooks */
+    int malloc_usable;      /* the allocator hooks may run (preload on, MRCACHE_MALLOC_HOOKS,
+                             * glibc's allocator): they resume if a patch is lost */
+    int caching_off;        /* caching stopped at run time: cfg.enable is 0 from then on */
+    uint64_t start_ns;
+};
+
+extern struct mrc_runtime mrc_rt;
+
+static inline int mrc_ready(void)
+{
+    return __atomic_load_n(&mrc_rt.ready, __ATOMIC_ACQUIRE) == 2;
+}
+
+/* Which unmap sources are active, as the statistics name them ("patch+preload+malloc"). */
+const char *mrc_rt_monitor_name(void);
+
+/* Called on the first registration: starts the helper threads and arranges the
+ * exit-time flush and statistics dump. */
+void mrc_rt_first_registration(void);
+
+/* The statistics dump to the configured destination: at exit (under the plain name), or
+ * now (MRCACHE_DUMP_SIGNAL's, as mrcache_stats_dump's: pattern.N files). */
+void mrc_rt_dump_at_exit(void);
+void mrc_rt_dump_now(void);
+
+/* For when an unmap source is lost and cannot be made good: no registration is served
+ * from the cache again (those cached are invalidated, later ones pass straight
+ * through). Says why, once, as an error. Safe in any hook. */
+void mrc_rt_stop_caching(const char *why);
+
+#endif

@@ -1,0 +1,83 @@
+/* verbs_entry.c - the process's gates in front of the verbs front-end: a call reaches the
+ * cache only once libmrcache is ready, caching is on and the call can be cached; the
+ * first one starts what a cache in use needs; a pending MRCACHE_DUMP_SIGNAL dump is
+ * written here, outside any hook. Invariants: every function keeps the errno contract
+ * of the verbs call it implements; ibv_reg_mr (1.1) and ibv_reg_mr_iova re-enter
+ * through ibv_reg_mr_iova2@plt inside libibverbs, and such a call goes straight on. */
+#include <errno.h>
+#include <infiniband/verbs.h>
+
+#include "backend/verbs_ops.h"
+#include "runtime/runtime.h"
+#include "runtime/state.h"
+#include "util/dumpsig.h"
+#include "util/hot.h"
+#include "util/real.h"
+#include "verbs/mr.h"
+
+MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
+{
+    if (mrc_real_verbs()) {
+        errno = ENOSYS;
+        return NULL;
+    }
+    if (!mrc_ready() || !__atomic_load_n(&mrc_rt.cfg.enable, __ATOMIC_RELAXED) || mrc_verbs_in_reg()) {
+        /* Caching stopped while running: what reaches the NIC is still counted. */
+        if (mrc_ready() && !mrc_verbs_in_reg() && __atomic_load_n(&mrc_rt.caching_off, __ATOMIC_RELAXED))
+            return mrc_verbs_reg_uncached(pd, addr, len, iova, access);
+        return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
+    }
+    if (!pd || !addr || !len || !mrc_verbs_cacheable(access))
+        return mrc_verbs_reg_uncached(pd, addr, len, iova, access);
+    if (!__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED))
+        mrc_rt_first_registration();   /* also in a forked child, whose cache starts unused */
+    mrc_dumpsig_poll();
+    return mrc_verbs_reg_mr(&mrc_rt.verbs, pd, addr, len, iova, access);
+}
+
+struct ibv_mr *mrc_rt_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
+                                    int access)
+{
+    if (mrc_real_verbs()) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    return mrc_verbs_reg_dmabuf_mr(pd, offset, len, iova, fd, access, mrc_ready());
+}
+
+MRC_HOT int mrc_rt_dereg_mr(struct ibv_mr *mr)
+{
+    if (!mr)
+        return EINVAL;
+    if (mrc_real_verbs())
+        return ENOSYS;
+    if (!mrc_ready())
+        return mrc_verbs_dereg_mr(NULL, mr);
+    mrc_dumpsig_poll();
+    return mrc_verbs_dereg_mr(&mrc_rt.verbs, mr);
+}
+
+int mrc_rt_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+    if (!mr || mrc_real_verbs())
+        return IBV_REREG_MR_ERR_INPUT;
+    return mrc_verbs_rereg_mr(mrc_ready() ? &mrc_rt.verbs : NULL, mr, flags, pd, addr, len, access);
+}
+
+int mrc_rt_dealloc_pd(struct ibv_pd *pd)
+{
+    if (mrc_real_verbs())
+        return ENOSYS;
+    if (mrc_ready())
+        mrc_verbs_flush_pd(&mrc_rt.verbs, pd);
+    return mrc_real.dealloc_pd(pd);
+}
+
+int mrc_rt_close_device(struct ibv_context *ctx)
+{
+    if (mrc_real_verbs())
+        return ENOSYS;
+    if (mrc_ready())
+        mrc_verbs_flush_context(&mrc_rt.verbs, ctx);
+    return mrc_real.close_device(ctx);
+}
