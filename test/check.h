@@ -1,6 +1,6 @@
 /* check.h - the one test helper: CHECK records a failed condition, RUN runs a test
- * function and prints "ok - name" or "not ok - name" (scripts/run-tests.sh counts
- * these lines). A test binary's exit status is 1 if any test failed. Header-only. */
+ * function and prints "ok - name", "not ok - name" or "ok - name # SKIP why"
+ * (scripts/run-tests.sh counts these lines). A test binary's exit status is 1 if any test failed. Header-only. */
 #ifndef MRC_TEST_CHECK_H
 #define MRC_TEST_CHECK_H
 
@@ -10,6 +10,7 @@
 
 static int check_failures;      /* failed CHECKs in the running test */
 static int check_tests_failed;  /* tests with at least one failed CHECK */
+static const char *check_skip_why;  /* set by SKIP_TEST in the running test */
 
 #define CHECK(cond)                                                            \
     do {                                                                       \
@@ -32,14 +33,21 @@ static int check_tests_failed;  /* tests with at least one failed CHECK */
         }                                                                      \
     } while (0)
 
+/* A running test whose precondition did not happen (an interleaving it waits for, a
+ * resource): it reports SKIP with the reason instead of ok, unless a CHECK failed. */
+#define SKIP_TEST(why) (check_skip_why = (why))
+
 static inline void check_run(const char *name, void (*fn)(void))
 {
     check_failures = 0;
+    check_skip_why = NULL;
     fn();
     fflush(stderr);
     if (check_failures) {
         check_tests_failed++;
         printf("not ok - %s\n", name);
+    } else if (check_skip_why) {
+        printf("ok - %s # SKIP %s\n", name, check_skip_why);
     } else {
         printf("ok - %s\n", name);
     }
