@@ -3,13 +3,14 @@
 # Idempotent and quiet when everything is present; when not root it prints the
 # apt-get line to run and exits non-zero. The default set includes UCX's runtime
 # (libucx0): test/ucs loads libucs, which patches libc as it loads. Extra package groups:
-# --vm (Soft-RoCE VM harness), --bench (UCX's headers for the benchmark comparison).
+# --vm (Soft-RoCE VM harness, with Open MPI for its MPI job), --bench (UCX's headers for the benchmark comparison).
 set -euo pipefail
 
 pkgs=(build-essential pkg-config libibverbs-dev ibverbs-utils uthash-dev libunwind-dev liburing-dev libucx0)
 for arg in "$@"; do
     case "$arg" in
-        --vm) pkgs+=(qemu-system-x86 busybox-static cpio gzip kmod ibverbs-providers perftest iproute2 libucx0 ucx-utils xz-utils zstd) ;;
+        --vm) pkgs+=(qemu-system-x86 busybox-static cpio gzip kmod ibverbs-providers perftest iproute2 libucx0 ucx-utils xz-utils zstd
+                    openmpi-bin libopenmpi-dev) ;;
         --bench) pkgs+=(libucx-dev libjemalloc2) ;;
         *) echo "install-deps.sh: unknown option '$arg' (known: --vm, --bench)" >&2; exit 2 ;;
     esac

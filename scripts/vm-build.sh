@@ -8,7 +8,8 @@ set -euo pipefail
 
 usage() {
     cat <<EOF
-Usage: vm-build.sh [-o DIR] [-l LIB] [-p PRELOAD_TEST[:VAR=VALUE,...]]... [-s FILE]... [PROGRAM...]
+Usage: vm-build.sh [-o DIR] [-l LIB] [-p PRELOAD_TEST[:VAR=VALUE,...]]... [-s FILE]... [-c VAR=VALUE]...
+                   [PROGRAM...]
   -o DIR   cache/output directory (default \$VM_DIR or build/vm)
   -l LIB   libmrcache.so to copy into the guest as /vm/lib/libmrcache.so (default build/libmrcache.so)
   -p PROG[:VAR=VALUE,...]
@@ -16,6 +17,8 @@ Usage: vm-build.sh [-o DIR] [-l LIB] [-p PRELOAD_TEST[:VAR=VALUE,...]]... [-s FI
            (/vm/preload-tests), with these variables set; one run per -p, in order
   -s FILE  a library the preload tests load (by \$ORIGIN, or a path in their variables),
            copied beside them into /vm/preload-tests
+  -c VAR=VALUE
+           a setting of the guest tests (e.g. VM_MPI_EXPECT_FIXED=1), written to /vm/tests.env
   PROGRAM  test programs copied into the guest's /vm/bin
 Environment: VM_KERNEL_DEB=/path/linux-image-*.deb uses that package instead of apt-get download.
 Output: DIR/vmlinux DIR/base.cpio.gz DIR/payload.cpio.gz DIR/initrd.img (base + payload)
@@ -27,12 +30,16 @@ out=${VM_DIR:-build/vm}
 lib=build/libmrcache.so
 ptests=()   # the -p arguments, as given (program and environment)
 pfiles=()   # the -s arguments
-while getopts "o:l:p:s:h" opt; do
+conf=()     # the -c arguments
+while getopts "o:l:p:s:c:h" opt; do
     case "$opt" in
         o) out=$OPTARG ;;
         l) lib=$OPTARG ;;
         p) ptests+=("$OPTARG") ;;
         s) pfiles+=("$OPTARG") ;;
+        c) [[ "$OPTARG" =~ ^[A-Z_][A-Z0-9_]*=[A-Za-z0-9_.,:/+-]*$ ]] ||
+               { echo "vm-build.sh: -c wants VAR=VALUE (no spaces or quotes): $OPTARG" >&2; exit 2; }
+           conf+=("$OPTARG") ;;
         h) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
     esac
@@ -59,14 +66,25 @@ out=$(cd "$out" && pwd)
 
 # Debian userspace copied into the guest, from the host's installed packages (the same
 # Debian release as the kernel). Binaries get their shared libraries through ldd; the
-# dlopen'ed plugins (verbs provider, UCX transports) are listed explicitly.
+# dlopen'ed plugins (verbs provider, UCX transports, Open MPI's and PMIx's MCA components)
+# are listed explicitly, and the data trees programs read at run time are copied whole.
+# Open MPI 4.1 (ORTE: mpirun is orterun, no prterun) with its PMIx 4, hwloc and libevent.
 userspace_pkgs=(busybox-static libibverbs1 ibverbs-providers ibverbs-utils perftest iproute2
-                libucx0 ucx-utils librdmacm1 libc6)
+                libucx0 ucx-utils librdmacm1 libc6
+                openmpi-bin openmpi-common libopenmpi3 libpmix2 libhwloc15 libevent-core-2.1-7
+                libevent-pthreads-2.1-7 libfabric1)
 guest_bins=(/usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_bw /usr/bin/ibv_rc_pingpong
             /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ucx_perftest /usr/bin/io_demo
-            /usr/bin/ucx_info /usr/bin/rdma /usr/sbin/ip)
+            /usr/bin/ucx_info /usr/bin/rdma /usr/sbin/ip
+            /usr/bin/orterun /usr/bin/orted /usr/bin/ompi_info)
 multiarch=/usr/lib/x86_64-linux-gnu
-guest_plugins=("$multiarch"/libibverbs/librxe-rdmav*.so "$multiarch"/ucx/*.so.0)
+guest_plugins=("$multiarch"/libibverbs/librxe-rdmav*.so "$multiarch"/ucx/*.so.0
+               "$multiarch"/openmpi/lib/openmpi3/*.so "$multiarch"/pmix2/lib/pmix/*.so)
+# Help texts (a missing one turns every error into "help file not found"), the system MCA
+# parameter file and default hostfile, PMIx's own help and parameters.
+guest_data=(/usr/share/openmpi /etc/openmpi "$multiarch"/pmix2/share)
+# Debian's mpirun and mpiexec are alternatives symlinks to orterun: made directly here.
+guest_links=(/usr/bin/mpirun:orterun /usr/bin/mpiexec:orterun /usr/bin/mpirun.openmpi:orterun)
 # Module roots in load order; their dependencies come from depmod. crc32_generic is listed
 # because rdma_rxe needs it at `rdma link add` time without declaring it (else ENOENT).
 # configfs..rdma_ucm are what UCX's rdmacm transport needs.
@@ -155,6 +173,15 @@ build_base() {
     done
 
     copy_closure "$root" "${guest_bins[@]}" "${guest_plugins[@]}"
+    local d l
+    for d in "${guest_data[@]}"; do
+        [ -d "$d" ] || die "missing directory for the guest: $d"
+        mkdir -p "$root$(dirname "$d")"
+        cp -a "$d" "$root$(dirname "$d")/"
+    done
+    for l in "${guest_links[@]}"; do
+        ln -sfn "${l#*:}" "$root${l%%:*}"
+    done
     cp /bin/busybox "$root/usr/bin/busybox"
     # Busybox applets as symlinks, never shadowing a real Debian binary (ip, rdma).
     local a
@@ -163,7 +190,9 @@ build_base() {
     done
     mkdir -p "$root/etc/libibverbs.d"
     cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
-    printf '127.0.0.1 localhost\n::1 localhost\n' >"$root/etc/hosts"
+    # A host name: Open MPI refuses the kernel's default "(none)" as a node name.
+    echo vm >"$root/etc/hostname"
+    printf '127.0.0.1 localhost vm\n::1 localhost\n' >"$root/etc/hosts"
     printf 'hosts: files\npasswd: files\ngroup: files\n' >"$root/etc/nsswitch.conf"
     echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
     echo 'root:x:0:' >"$root/etc/group"
@@ -225,6 +254,7 @@ payload_inputs=("${guest_scripts[@]}" "${progs[@]}" "${pprogs[@]}" "${pfiles[@]}
 payload_key=$( {
     echo "$base_key"
     echo "preload-tests: ${ptests[*]}"
+    echo "settings: ${conf[*]-}"
     for f in "${payload_inputs[@]}"; do
         [ -f "$f" ] || die "missing payload input: $f"
         echo "$(basename "$f") $(sha256sum <"$f" | cut -d' ' -f1)"
@@ -254,6 +284,9 @@ for r in "${ptests[@]}"; do
     name=$p${envs:+_$(echo "$envs" | tr '/,=' '__-')}
     echo "$name $p ${envs//,/ }" >>"$root/vm/preload-tests.runs"
 done
+# The guest tests' settings, sourced by guest-tests.sh.
+: >"$root/vm/tests.env"
+for c in "${conf[@]}"; do echo "$c" >>"$root/vm/tests.env"; done
 if [ -e "$lib" ]; then
     install -m 0755 "$lib" "$root/vm/lib/libmrcache.so"
 else

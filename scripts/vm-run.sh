@@ -94,7 +94,10 @@ if ! grep -q '^vm: complete' "$log"; then
     exit 1
 fi
 echo "ok - vm_guest_completed"
-if grep -q '^not ok - ' "$log" && [ -z "$keep_going" ]; then
+# A known failure ("not ok - ... # TODO") is reported, not failed (scripts/run-tests.sh).
+# (grep -v without -q: a grep -q ending the pipe early could SIGPIPE the first one, and
+# pipefail would then hide the failure.)
+if grep '^not ok - ' "$log" | grep -v '# TODO' >/dev/null && [ -z "$keep_going" ]; then
     exit 1
 fi
 exit 0

@@ -13,6 +13,7 @@ mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/shm /dev/pts /root
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 mount -t tmpfs -o mode=1777 tmpfs /tmp
+[ -s /etc/hostname ] && hostname -F /etc/hostname
 # Keep kernel messages off the serial console: a printk in the middle of an "ok - " line
 # would corrupt the count. Warnings are shown at the end from dmesg instead.
 echo "1 4 1 7" >/proc/sys/kernel/printk

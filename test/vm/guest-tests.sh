@@ -1,12 +1,16 @@
 #!/bin/sh
 # guest-tests.sh - the tests run inside the Soft-RoCE VM (busybox sh, root, no network):
 # creates rxe0, runs the stale-MR program, perftest, ibv_rc_pingpong, UCX, the registration
-# cost and the project's preload tests, with and without LD_PRELOAD=/vm/lib/libmrcache.so.
-# Prints "ok - name" / "not ok - name" (counted on the host) and "# " diagnostics.
+# cost, the project's preload tests and an Open MPI job, with and without
+# LD_PRELOAD=/vm/lib/libmrcache.so. Prints "ok - name" / "not ok - name" (counted on the
+# host; "not ok - name # TODO why" is a known failure, counted apart) and "# " diagnostics.
 # No `set -e`: one failure must not hide the others; -u and pipefail catch mistakes.
 set -uo pipefail
 
 PRE=/vm/lib/libmrcache.so
+# Settings given to vm-build.sh with -c (VM_MPI_EXPECT_FIXED).
+# shellcheck source=/dev/null
+[ -r /vm/tests.env ] && . /vm/tests.env
 BIN=/vm/bin
 OUT=/tmp/out
 STATS=/tmp/stats
@@ -407,6 +411,143 @@ preload_tests() {
     done <"$runs"
 }
 
+# ------------------------------------------------------------------ Open MPI
+# An MPI job as users run it: mpirun, 2 ranks, pml ucx over rc_verbs on rxe0 (UCX's own
+# registration cache off: the UCX_* variables above), libmrcache preloaded into the ranks
+# with -x (mpirun itself runs without it). test/vm/vm_mpi.c sends 1 MiB messages both ways
+# from and into reused, freed-and-malloc'ed and munmapped-and-mmapped buffers and prints
+# one TAP line per pattern with the wrong bytes it received; -e names each pattern's
+# expected outcome (fresh, stale, or todo: wrong data known today, reported as
+# "not ok - ... # TODO", which the runners count apart from failures).
+# No ssh or rsh in the guest: the isolated launcher starts the local ranks without one
+# (the default rsh launcher refuses to start when it finds no agent, even for one node).
+MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ucx --mca pml_ucx_devices any"
+MPI_TIMEOUT=300
+MPI_TODO_REASON="known stale: UCX's libucm patches libmrcache's own exported munmap/mmap"
+
+# A counter from the "counters" object of a JSON stats file.
+json_counter() {
+    grep '"counters"' "$1" 2>/dev/null | sed -n "s/.*[{ ]\"$2\": \([0-9]*\).*/\1/p"
+}
+
+# mpi_job NAME MODE EXPECT [VAR=VALUE]...: one mpirun; MODE pre preloads libmrcache into
+# both ranks, with per-rank JSON statistics, and requires cache hits in each; the
+# variables are passed to the ranks with -x.
+mpi_job() {
+    name=$1 mode=$2 expect=$3
+    shift 3
+    rm -f "$STATS/$name".*
+    xs=
+    [ "$mode" = pre ] &&
+        xs="-x LD_PRELOAD=$PRE -x MRCACHE_STATS=$STATS/$name.%r.json -x MRCACHE_STATS_FORMAT=json"
+    for v in "$@"; do xs="$xs -x $v"; done
+    echo "# $name: $MPIRUN $xs $BIN/vm_mpi -e $expect $name"
+    t0=$(uptime_s)
+    # shellcheck disable=SC2086 # MPIRUN and xs: words, no spaces inside any
+    timeout "$MPI_TIMEOUT" $MPIRUN $xs "$BIN/vm_mpi" -e "$expect" -r "$MPI_TODO_REASON" "$name" \
+        >"$OUT/$name" 2>&1 </dev/null
+    rc=$?
+    t1=$(uptime_s)
+    grep -E '^(not )?ok - ' "$OUT/$name"
+    # The rest as diagnostics; of the lines repeated per message (a rank's wrong message,
+    # MRCACHE_VERIFY's stale registration) the first 4 of each kind and their count.
+    grep -vE '^(not )?ok - ' "$OUT/$name" | sed -e 's/^# //' | awk '
+        { k = "" }
+        /iteration [0-9]+: [0-9]+ of [0-9]+ bytes wrong/ { k = "wrong messages" }
+        /MRCACHE_VERIFY: stale registration/ { k = "stale registrations found by MRCACHE_VERIFY" }
+        k == "" { print "# " $0; next }
+        { if (++n[k] <= 4) print "# " $0 }
+        END { for (k in n) if (n[k] > 4) printf "# ... %d %s in all\n", n[k], k }'
+    if ! grep -qE "^(not )?ok - ${name}_remap" "$OUT/$name"; then
+        notok "$name" "mpirun exited with status $rc before the last pattern's result"
+        echo "# $name: $(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }") s"
+        return
+    fi
+    # (No grep -q at the end of a pipe: under pipefail, the SIGPIPE it may give the
+    # first grep would decide the test.)
+    if [ "$rc" -ne 0 ] && ! grep '^not ok - ' "$OUT/$name" | grep -v '# TODO' >/dev/null; then
+        notok "$name" "mpirun exited with status $rc"
+    fi
+    if [ "$mode" = pre ]; then
+        preload_failed "$OUT/$name" && notok "${name}_preload_loaded" "libmrcache.so was not preloaded"
+        for r in 0 1; do
+            f=$STATS/$name.$r.json
+            if [ ! -s "$f" ]; then
+                notok "${name}_rank${r}_cache_hits" "no statistics from rank $r ($f)"
+                continue
+            fi
+            hits=$(json_counter "$f" hits)
+            echo "# $name rank $r: hits ${hits:-?}, misses $(json_counter "$f" misses)," \
+                "invalidated $(json_counter "$f" invalidated) (munmap $(json_counter "$f" inval_munmap)," \
+                "free $(json_counter "$f" inval_free), mmap_fixed $(json_counter "$f" inval_mmap_fixed))," \
+                "verify checks $(json_counter "$f" verify_checks), stale $(json_counter "$f" verify_stale)," \
+                "monitor $(sed -n 's/.*"monitor": "\([^"]*\)".*/\1/p' "$f")"
+            if [ "${hits:-0}" -gt 0 ]; then
+                ok "${name}_rank${r}_cache_hits"
+            else
+                notok "${name}_rank${r}_cache_hits" "rank $r's statistics show no cache hits (${hits:-none})"
+            fi
+        done
+    else
+        # The reference run really ran without the cache: both ranks say so.
+        if [ "$(grep -c 'libmrcache not loaded' "$OUT/$name")" -eq 2 ]; then
+            ok "${name}_without_libmrcache"
+        else
+            notok "${name}_without_libmrcache" "a rank had libmrcache loaded"
+        fi
+    fi
+    echo "# $name: $(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }") s (mpirun exit $rc)"
+}
+
+# Guest memory while the jobs run: the lowest MemAvailable and the highest resident size
+# of mpirun and its ranks together, sampled every 0.5 s.
+mem_sampler() {
+    lo=999999999 hi=0
+    while [ ! -e "$OUT/mem.stop" ]; do
+        a=$(awk '/^MemAvailable/ { print $2 }' /proc/meminfo)
+        [ "$a" -lt "$lo" ] && lo=$a
+        r=$(cat /proc/[0-9]*/status 2>/dev/null | awk '
+            /^Name:/ { n = $2 } /^VmRSS:/ && (n == "vm_mpi" || n == "orterun" || n == "mpirun") { s += $2 }
+            END { print s + 0 }')
+        [ "$r" -gt "$hi" ] && hi=$r
+        echo "$lo $hi" >"$OUT/mem"
+        sleep 0.5
+    done
+}
+
+mpi() {
+    if [ "$have_lib" != 1 ]; then
+        notok mpi_jobs "no libmrcache.so"
+        return
+    fi
+    export OMPI_MCA_plm=isolated
+    rm -f "$OUT/mem.stop" "$OUT/mem"
+    mem_sampler &
+    mpid=$!
+    m0=$(uptime_s)
+    # Run (2)'s munmap+mmap pattern: fresh data is the goal; until VM_MPI_EXPECT_FIXED=1
+    # its wrong data is reported as a known failure (TODO), not counted as failed.
+    if [ "${VM_MPI_EXPECT_FIXED:-0}" = 1 ]; then remap2=fresh; else remap2=todo; fi
+    # (1) Reference without the preload: must pass.
+    mpi_job mpi_plain plain reuse=fresh,free_malloc=fresh,remap=fresh
+    # (2) Under the preload, defaults.
+    mpi_job mpi_preload pre reuse=fresh,free_malloc=fresh,remap=$remap2
+    # (3) Control, invalidation off: unmapped buffers must come back stale, so the test
+    #     can fail; the reused buffers stay fresh.
+    mpi_job mpi_preload_monitor_none pre reuse=fresh,free_malloc=stale,remap=stale MRCACHE_MONITOR=none
+    # (4) UCX's memory hooks in its PLT-relocation mode instead of patching code.
+    mpi_job mpi_preload_ucm_reloc pre reuse=fresh,free_malloc=fresh,remap=fresh UCX_MEM_MMAP_HOOK_MODE=reloc
+    # (5) Every hit checked against /proc/self/pagemap.
+    mpi_job mpi_preload_verify pre reuse=fresh,free_malloc=fresh,remap=fresh MRCACHE_VERIFY=1
+    m1=$(uptime_s)
+    : >"$OUT/mem.stop"
+    wait "$mpid"
+    unset OMPI_MCA_plm
+    read -r lo hi <"$OUT/mem" 2>/dev/null
+    echo "# mpi: 5 jobs in $(awk "BEGIN { printf \"%.1f\", $m1 - $m0 }") s; guest memory $(awk '/^MemTotal/ { print int($2 / 1024) }' /proc/meminfo) MiB," \
+        "lowest available $((${lo:-0} / 1024)) MiB, mpirun + ranks resident at most $((${hi:-0} / 1024)) MiB"
+}
+
 # ------------------------------------------------------------------ summary
 # The demo's figures side by side: UCX's per-message time with and without libmrcache, and
 # what one 1 MiB registration costs on this rxe, i.e. the most the cache can save.
@@ -465,6 +606,7 @@ want ucx && ucx
 want regcost && regcost
 want ptest && preload_tests
 want demo && demo
+want mpi && mpi
 summary
 kernel_log
 

@@ -7,7 +7,13 @@ VM_DIR     ?= $(BUILD)/vm
 VM_TIMEOUT ?= 600
 VM_TESTS   ?= all
 VM_BIN     := $(BUILD)/test/vm
-VM_PROGS   := $(VM_BIN)/vm_stale_mr $(VM_BIN)/vm_regcost
+VM_PROGS   := $(VM_BIN)/vm_stale_mr $(VM_BIN)/vm_regcost $(VM_BIN)/vm_mpi
+# The Open MPI job's run under the preload with defaults (test/vm/README.md, "mpi"): 0
+# reports its wrong data in the munmap+mmap pattern as "not ok - ... # TODO" (known stale:
+# a patcher loaded later rewrites libmrcache's own munmap/mmap), 1 asserts fresh data there.
+VM_MPI_EXPECT_FIXED ?= 0
+# mpicc and the Open MPI runtime come from scripts/install-deps.sh --vm.
+VM_DEPS_STAMP := $(BUILD)/.vm-deps-ok
 # The test/preload/ programs built against the system libibverbs: with no software NIC
 # to find, test/preload/common.h writes through a loopback RDMA WRITE on the device.
 VM_PBIN    := $(VM_BIN)/preload
@@ -48,11 +54,21 @@ $(VM_PBIN)/test_route: test/route/test_route.c test/route/ownfree.c test/route/d
 	$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -L$(BUILD)/test -lmrc_lazyfree \
 	    -Wl,-rpath,'$$ORIGIN' -libverbs -ldl -lpthread
 
+$(VM_DEPS_STAMP):
+	@[ -x /usr/bin/mpicc ] || scripts/install-deps.sh --vm
+	@mkdir -p $(@D) && touch $@
+
+# An MPI program, built as users build them (mpicc); mrcache.h only for mrcache_monitors().
+$(VM_BIN)/vm_mpi: test/vm/vm_mpi.c include/mrcache.h | $(DEPS_STAMP) $(VM_DEPS_STAMP)
+	@mkdir -p $(@D)
+	mpicc $(CFLAGS) -Iinclude -o $@ $< $(LDFLAGS)
+
 vm-progs: $(VM_PROGS) $(VM_PRELOAD_PROGS) $(VM_PRELOAD_FILES)
 
 vm-test: $(LIB) $(VM_PROGS) $(VM_PRELOAD_PROGS) $(VM_PRELOAD_FILES) $(BUILD)/demo/mrc_demo
 	scripts/vm-build.sh -o $(VM_DIR) -l $(LIB) $(addprefix -p ,$(VM_PRELOAD_TESTS)) \
-	    $(addprefix -s ,$(VM_PRELOAD_FILES)) $(VM_PROGS) $(BUILD)/demo/mrc_demo
+	    $(addprefix -s ,$(VM_PRELOAD_FILES)) -c VM_MPI_EXPECT_FIXED=$(VM_MPI_EXPECT_FIXED) \
+	    $(VM_PROGS) $(BUILD)/demo/mrc_demo
 	@scripts/run-tests.sh -- "scripts/vm-run.sh -d $(VM_DIR) -t $(VM_TIMEOUT) -T '$(VM_TESTS)'"
 
 .PHONY: vm-progs
