@@ -17,6 +17,11 @@
  *       true of io_uring pins on this kernel) or reports ibv_fork_init's state (0).
  *   RDMAV_FORK_SAFE / IBV_FORK_SAFE  as in rdma-core: ibv_fork_init() at the first
  *       ibv_get_device_list(), then registered pages are MADV_DONTFORK.
+ *   SNIC_FAIL_REG / SNIC_FAIL_DEREG="ERR[:COUNT]"  arm the failure injector at load, as
+ *       snic_fail_reg/snic_fail_dereg(ERR, COUNT) below: ERR an errno name (EBUSY, EIO,
+ *       ENOMEM, EAGAIN, EFAULT, EINVAL, EPERM, EACCES) or number, COUNT a number or
+ *       "always" (default 1); e.g. SNIC_FAIL_DEREG=EBUSY:3. A bad value is reported on
+ *       stderr once and ignored.
  *
  * fork(): the child gets a fresh NIC (own io_uring, opened lazily; counters at zero). It
  * may open the device, allocate PDs, register its own memory and use snic_* on its own
@@ -62,5 +67,26 @@ void snic_get_stats(struct snic_stats *out);
 
 /* Restart pinned_peak from the current pinned_bytes. */
 void snic_reset_peak(void);
+
+/* Failure injection below any interposer (a cache in front of libibverbs cannot tell it
+ * from the device): the next n calls fail with err, an errno value > 0, as the device
+ * would refuse them. snic_fail_dereg: ibv_dereg_mr of a live MR fails (as with memory
+ * windows still bound: EBUSY, or a dead device: EIO); the MR stays registered, pinned and
+ * usable, and a later ibv_dereg_mr of it may succeed. snic_fail_reg: every ibv_reg_mr
+ * variant fails after its argument checks, before pinning anything (rereg is never
+ * affected). n = SNIC_FAIL_ALWAYS fails every call until disarmed; n = 0 disarms (err is
+ * then ignored). Returns 0, or EINVAL for err <= 0 with n > 0. A forked child's NIC
+ * starts disarmed, its counts at zero. */
+#define SNIC_FAIL_ALWAYS UINT32_MAX
+int snic_fail_reg(int err, uint32_t n);
+int snic_fail_dereg(int err, uint32_t n);
+
+/* The injector's state: failures still armed (SNIC_FAIL_ALWAYS if unbounded) and failures
+ * injected since load, so a test can tell that its precondition happened. */
+struct snic_faults {
+    uint64_t reg_armed, reg_injected, dereg_armed, dereg_injected;
+};
+
+void snic_get_faults(struct snic_faults *out);
 
 #endif

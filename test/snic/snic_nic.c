@@ -1,8 +1,8 @@
 /* snic_nic.c - the device: PDs, MRs and keys, the kernel's access checks, the cost model
- * (SNIC_REG_COST_NS), counters and the DMA calls of snic.h. Invariants (nic_lock): an MR
- * is in mr_table iff live and pinned; live_pds/live_mrs count live children; pinned_bytes
- * sums the page spans in mr_table. An object with gen != nic_gen was inherited across
- * fork(): the parent's NIC owns it and the child never touches it (nic_fork_child). */
+ * (SNIC_REG_COST_NS), the failure injector (snic_fail_*, SNIC_FAIL_*), counters and the DMA
+ * calls of snic.h. Invariants (nic_lock): an MR is in mr_table iff live and pinned (a
+ * refused dereg leaves it so); live_pds/live_mrs count live children; pinned_bytes sums the
+ * page spans in mr_table; an object with gen != nic_gen was inherited (nic_fork_child). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -54,6 +54,14 @@ static bool cost_on;
 static uint64_t cost_fixed_ns;
 static double cost_ns_per_byte;
 
+/* One kind of injected failure (under nic_lock): the next 'armed' calls fail with err. */
+struct fault {
+    int err;
+    uint32_t armed;     /* SNIC_FAIL_ALWAYS: until disarmed */
+    uint64_t injected;
+};
+static struct fault fault_reg, fault_dereg;
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -92,6 +100,97 @@ static void cost_parse(void)
     cost_fixed_ns = (uint64_t)fixed;
     cost_ns_per_byte = per;
     cost_on = fixed > 0 || per > 0;
+}
+
+static const struct {
+    const char *name;
+    int err;
+} fault_names[] = {
+    { "EBUSY", EBUSY }, { "EIO", EIO },       { "ENOMEM", ENOMEM }, { "EAGAIN", EAGAIN },
+    { "EFAULT", EFAULT }, { "EINVAL", EINVAL }, { "EPERM", EPERM },   { "EACCES", EACCES },
+};
+
+/* "ERR[:COUNT]" (snic.h), read once at load; 0 or EINVAL. */
+static int fault_parse(const char *env, struct fault *f)
+{
+    const char *colon = strchr(env, ':');
+    size_t n = colon ? (size_t)(colon - env) : strlen(env);
+    unsigned long long count = 1;
+    int err = 0;
+    char *end;
+
+    for (size_t i = 0; i < sizeof(fault_names) / sizeof(fault_names[0]); i++)
+        if (strlen(fault_names[i].name) == n && !strncmp(env, fault_names[i].name, n))
+            err = fault_names[i].err;
+    if (!err) {
+        long v = strtol(env, &end, 10);
+
+        if (end != env + n || n == 0 || v <= 0 || v > 4095)
+            return EINVAL;
+        err = (int)v;
+    }
+    if (colon && !strcmp(colon + 1, "always")) {
+        count = SNIC_FAIL_ALWAYS;
+    } else if (colon) {
+        errno = 0;
+        count = strtoull(colon + 1, &end, 10);
+        if (end == colon + 1 || *end || errno || count >= SNIC_FAIL_ALWAYS || colon[1] == '-')
+            return EINVAL;
+    }
+    f->err = err;
+    f->armed = (uint32_t)count;
+    return 0;
+}
+
+static void fault_env(const char *name, struct fault *f)
+{
+    const char *env = getenv(name);
+
+    if (env && fault_parse(env, f))
+        snic_log("%s=\"%s\" is not ERR[:COUNT] (an errno name such as EBUSY or a number, then "
+                 "a count or \"always\"; e.g. EBUSY:3); nothing is injected", name, env);
+}
+
+/* Under nic_lock: the error to fail this call with, or 0. */
+static int fault_take(struct fault *f)
+{
+    if (!f->armed)
+        return 0;
+    if (f->armed != SNIC_FAIL_ALWAYS)
+        f->armed--;
+    f->injected++;
+    return f->err;
+}
+
+static int fault_arm(struct fault *f, int err, uint32_t n)
+{
+    if (n && err <= 0)
+        return EINVAL;
+    pthread_mutex_lock(&nic_lock);
+    f->err = err;
+    f->armed = n;
+    pthread_mutex_unlock(&nic_lock);
+    return 0;
+}
+
+SNIC_EXPORT int snic_fail_reg(int err, uint32_t n)
+{
+    return fault_arm(&fault_reg, err, n);
+}
+
+SNIC_EXPORT int snic_fail_dereg(int err, uint32_t n)
+{
+    return fault_arm(&fault_dereg, err, n);
+}
+
+SNIC_EXPORT void snic_get_faults(struct snic_faults *out)
+{
+    pthread_mutex_lock(&nic_lock);
+    out->reg_armed = fault_reg.armed;
+    out->reg_injected = fault_reg.injected;
+    out->dereg_armed = fault_dereg.armed;
+    out->dereg_injected = fault_dereg.injected;
+    pthread_mutex_unlock(&nic_lock);
 }
 
 /* A registration takes at least the modelled time in total, pinning included: the model
@@ -249,6 +348,12 @@ struct ibv_mr *nic_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t 
         err = check_access(access);
     if (!err && (!len || a + len < a))
         err = EINVAL;
+    if (!err) {
+        /* The device refusing a valid request (snic_fail_reg). */
+        pthread_mutex_lock(&nic_lock);
+        err = fault_take(&fault_reg);
+        pthread_mutex_unlock(&nic_lock);
+    }
     if (err)
         goto fail;
     err = ENOMEM;
@@ -289,6 +394,12 @@ int nic_dereg_mr(struct ibv_mr *ibmr)
     if (err)
         return err;
     pthread_mutex_lock(&nic_lock);
+    /* The device refusing (snic_fail_dereg): the MR stays registered and pinned. */
+    err = fault_take(&fault_dereg);
+    if (err) {
+        pthread_mutex_unlock(&nic_lock);
+        return err;
+    }
     HASH_DELETE(hh, mr_table, mr);
     mr->pd->live_mrs--;
     stats.live_mrs--;
@@ -445,6 +556,8 @@ static void nic_fork_child(void)
     pin_fork_child();
     mr_table = NULL;
     memset(&stats, 0, sizeof(stats));
+    memset(&fault_reg, 0, sizeof(fault_reg));
+    memset(&fault_dereg, 0, sizeof(fault_dereg));
     atomic_store_explicit(&iova2_entries, 0, memory_order_relaxed);
     nic_gen++;
     pthread_mutex_unlock(&nic_lock);
@@ -453,5 +566,7 @@ static void nic_fork_child(void)
 __attribute__((constructor)) static void nic_init(void)
 {
     cost_parse();
+    fault_env("SNIC_FAIL_REG", &fault_reg);
+    fault_env("SNIC_FAIL_DEREG", &fault_dereg);
     pthread_atfork(nic_fork_prepare, nic_fork_parent, nic_fork_child);
 }

@@ -1,0 +1,42 @@
+# never.mk - "never worse than no cache": each program here runs without libmrcache (the
+# reference: exit status, return values, errno, data, pinned memory) and with it. They
+# fail against the library as it is, so `make test` runs them only with NEVER=1
+# (`NEVER=1 make test`); they are always built. The software NIC's failure injector has
+# a test of its own, always run.
+NEVER_SRCS := $(sort $(wildcard test/never/*.c))
+NEVER_BINS := $(patsubst test/never/%.c,$(BUILD)/test/never_%,$(NEVER_SRCS))
+NEVER_REF  := LD_LIBRARY_PATH=$(SNIC_DIR) timeout -s KILL 300
+NEVER_PRE  := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off
+NEVER_TMO  := timeout -s KILL 300
+NEVER_UFFD := $(NEVER_PRE) MRCACHE_MONITOR=patch,preload,uffd
+
+$(BUILD)/test/never_%: test/never/%.c test/never/never.h test/preload/common.h test/preload/rdma_loop.h \
+                       test/check.h test/snic/snic.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+
+TEST_BINS += $(NEVER_BINS)
+TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_snic_faults"
+
+ifeq ($(NEVER),1)
+# Exit paths: status or signal as without the cache (a hang meets a 30 s timeout).
+TEST_CMDS += "test/never/test_exit_paths.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+# Deregistrations the NIC refuses: kept, counted, retried; refused registrations.
+TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_dereg_failure"
+TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_dereg_failure"
+TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_dereg_failure exit"
+TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_dereg_failure exit"
+# Released registrations: limits at release, fork copies, MADV_COLLAPSE.
+TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_idle_pinned limits"
+TEST_CMDS += "$(NEVER_PRE) MRCACHE_MAX_ENTRIES=8 MRCACHE_MAX_BYTES=1M $(NEVER_TMO) $(BUILD)/test/never_test_idle_pinned limits"
+TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_idle_pinned fork"
+TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_idle_pinned fork"
+TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_idle_pinned collapse"
+TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_idle_pinned collapse"
+# ibv_rereg_mr case by case against libibverbs.
+TEST_CMDS += "test/never/test_rereg_table.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+# The userfaultfd source's side effects.
+NEVER_UFFD_MODES := vma mremap own_uffd close_range close_range_unmap
+TEST_CMDS += $(foreach m,$(NEVER_UFFD_MODES),"$(NEVER_REF) $(BUILD)/test/never_test_uffd_side_effects $(m)")
+TEST_CMDS += $(foreach m,$(NEVER_UFFD_MODES),"$(NEVER_UFFD) $(NEVER_TMO) $(BUILD)/test/never_test_uffd_side_effects $(m)")
+endif
