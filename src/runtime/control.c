@@ -28,7 +28,10 @@ _Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V2 &&
  * for a call made from inside our own initialisation. */
 static int api_ready(void)
 {
-    return mrc_ready() ? 0 : -EAGAIN;
+    if (!mrc_ready())
+        return -EAGAIN;
+    mrc_rt_fork_check();
+    return 0;
 }
 
 static unsigned monitor_mask(void)

@@ -35,6 +35,7 @@ static void on_exit_handler(void)
 {
     if (!mrc_ready())
         return;
+    mrc_rt_fork_check();   /* a child's exit must not deregister its parent's MRs */
     /* libibverbs may have been unloaded with the plugin that brought it: then the
      * kernel releases the MRs with the process, and calling into it would crash. */
     void *lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
@@ -59,51 +60,6 @@ void mrc_rt_first_registration(void)
     atexit(on_exit_handler);
     mrc_log_notes_warn();
     MRC_INFO("unmap sources: %s", mrc_rt_monitor_name());
-}
-
-void mrc_rt_before_fork(void)
-{
-    /* In rdma-core's fork-safe mode (ibv_fork_init, RDMAV_FORK_SAFE, on kernels without
-     * copy-on-fork for pinned pages) registered pages are MADV_DONTFORK: absent in the
-     * child. Memory the program deregistered must be there, so idle cached MRs are
-     * deregistered first. Done before fork, not in an atfork handler, whose order
-     * against libibverbs' own handlers is not ours to choose. */
-    if (!mrc_ready() || !__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) || mrc_real_resolve_verbs() ||
-        !mrc_real.is_fork_initialized || mrc_real.is_fork_initialized() != IBV_FORK_ENABLED)
-        return;
-    mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
-}
-
-/* Not the cache lock: the child re-creates the cache from its parameters alone, and glibc
- * takes its arena locks after these handlers, while a thread trimming a heap holds its
- * arena's lock and waits in an unmap hook for the cache lock (as does the userfaultfd
- * handler, which an unmapping thread that holds an arena lock may be waiting for). */
-static void fork_prepare(void)
-{
-    mrc_callsite_fork_lock();   /* a leaf lock: its order against the others is free */
-    mrc_verbs_fork_prepare(&mrc_rt.verbs);
-}
-
-static void fork_parent(void)
-{
-    mrc_verbs_fork_parent(&mrc_rt.verbs);
-    mrc_callsite_fork_unlock();
-}
-
-static void fork_child(void)
-{
-    /* The child shares the parent's device file: deregistering an inherited MR would
-     * deregister the parent's. Forget them; handles made before fork are ignored. */
-    mrc_verbs_fork_child(&mrc_rt.verbs);
-    mrc_drainer_forget();
-    mrc_uffd_child_reset();
-    mrc_rt.fork_gen++;
-    mrc_cache_forget(&mrc_rt.cache);
-    /* Forked while another thread was writing free's slots back: finish it here. */
-    if (__atomic_load_n(&mrc_glibc_heap_watching, __ATOMIC_ACQUIRE) && mrc_route_free_back())
-        mrc_rt_stop_caching("fork: the PLT calls of free cannot all be sent back through the allocator hooks");
-    mrc_stats_child_reset();
-    mrc_callsite_child_reset();
 }
 
 /* A source of memory events lost what it watched (the patch source: another library
@@ -135,6 +91,24 @@ static void source_lost(const char *lost, const char *still)
                             "so free's unmaps would go unseen");
 }
 
+/* The cache's begin and done, behind the fork check: an unmap hook in a child made
+ * without fork()'s handlers must not take a lock another of the parent's threads held at
+ * the clone; the child forgets first. */
+static uint64_t (*cache_begin)(void *, uint64_t, uint64_t, enum mrc_inval_cause);
+static void (*cache_done)(void *, uint64_t, uint64_t, uint64_t, enum mrc_inval_cause);
+
+static uint64_t forked_begin(void *arg, uint64_t addr, uint64_t len, enum mrc_inval_cause cause)
+{
+    mrc_rt_fork_check();
+    return cache_begin(arg, addr, len, cause);
+}
+
+static void forked_done(void *arg, uint64_t ticket, uint64_t addr, uint64_t len, enum mrc_inval_cause cause)
+{
+    mrc_rt_fork_check();
+    cache_done(arg, ticket, addr, len, cause);
+}
+
 /* Every system call glibc's allocator unmaps with, seen from inside libc before it
  * happens: predicting the allocator's releases would only repeat that, on every free. */
 static const unsigned malloc_paths = 1u << MRC_FN_MUNMAP | 1u << MRC_FN_MMAP | 1u << MRC_FN_MREMAP |
@@ -151,6 +125,10 @@ static void sources_install(void)
     const struct mrc_config *cfg = &mrc_rt.cfg;
     struct mrc_inval_sink sink;
     mrc_cache_sink(&mrc_rt.cache, &sink);
+    cache_begin = sink.begin;
+    cache_done = sink.done;
+    sink.begin = forked_begin;
+    sink.done = forked_done;
     sink.source_lost = source_lost;
     mrc_rt.watch_unmaps = (cfg->monitor & MRC_MONITOR_PRELOAD) != 0;
     mrc_monitor_init(&sink, mrc_rt.cache.p.page_size, mrc_rt.watch_unmaps);
@@ -212,7 +190,7 @@ void mrc_init(void)
     mrc_callsite_init(mrc_rt.cfg.callsites, mrc_rt.cfg.callsite_sample);
     if (mrc_dumpsig_install(mrc_rt.cfg.dump_signal, mrc_rt_dump_now))
         MRC_WARN("MRCACHE_DUMP_SIGNAL: cannot install the handler for signal %d", mrc_rt.cfg.dump_signal);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    mrc_rt_fork_init();
     MRC_DEBUG("ready: max %llu entries, %llu bytes; monitor %s", (unsigned long long)p.max_entries,
               (unsigned long long)p.max_bytes, mrc_rt_monitor_name());
     __atomic_store_n(&mrc_rt.ready, 2, __ATOMIC_RELEASE);

@@ -32,6 +32,20 @@ static inline int mrc_ready(void)
     return __atomic_load_n(&mrc_rt.ready, __ATOMIC_ACQUIRE) == 2;
 }
 
+/* Fork by any path (fork.c). The mark reads zero in a child made without fork()'s
+ * handlers (_Fork, clone, syscall): every gate checks it first, and such a child then
+ * forgets its parent's cache, as the atfork child handler does. */
+extern const uint32_t *mrc_rt_mark;
+void mrc_rt_child_detected(void);
+static inline void mrc_rt_fork_check(void)
+{
+    if (__builtin_expect(!*__atomic_load_n(&mrc_rt_mark, __ATOMIC_RELAXED), 0))
+        mrc_rt_child_detected();
+}
+
+/* Maps the mark page and installs the atfork handlers. From init. */
+void mrc_rt_fork_init(void);
+
 /* Which unmap sources are active, as the statistics name them ("patch+preload+malloc"). */
 const char *mrc_rt_monitor_name(void);
 

@@ -1,6 +1,7 @@
 /* verbs_entry.c - the process's gates in front of the verbs front-end: a call reaches the
- * cache only once libmrcache is ready, caching is on and the call can be cached; the
- * first one starts what a cache in use needs; a pending MRCACHE_DUMP_SIGNAL dump is
+ * cache only once libmrcache is ready, caching is on and the call can be cached, and
+ * never in a child that has not yet forgotten its parent's cache; the first one starts
+ * what a cache in use needs; a pending MRCACHE_DUMP_SIGNAL dump is
  * written here, outside any hook. Invariants: every function keeps the errno contract
  * of the verbs call it implements; ibv_reg_mr (1.1) and ibv_reg_mr_iova re-enter
  * through ibv_reg_mr_iova2@plt inside libibverbs, and such a call goes straight on. */
@@ -27,6 +28,7 @@ MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, 
             return mrc_verbs_reg_uncached(pd, addr, len, iova, access);
         return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
     }
+    mrc_rt_fork_check();
     if (!pd || !addr || !len || !mrc_verbs_cacheable(access))
         return mrc_verbs_reg_uncached(pd, addr, len, iova, access);
     if (!__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED))
@@ -53,6 +55,7 @@ MRC_HOT int mrc_rt_dereg_mr(struct ibv_mr *mr)
         return ENOSYS;
     if (!mrc_ready())
         return mrc_verbs_dereg_mr(NULL, mr);
+    mrc_rt_fork_check();
     mrc_dumpsig_poll();
     return mrc_verbs_dereg_mr(&mrc_rt.verbs, mr);
 }
@@ -61,6 +64,8 @@ int mrc_rt_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 {
     if (!mr || mrc_real_verbs())
         return IBV_REREG_MR_ERR_INPUT;
+    if (mrc_ready())
+        mrc_rt_fork_check();
     return mrc_verbs_rereg_mr(mrc_ready() ? &mrc_rt.verbs : NULL, mr, flags, pd, addr, len, access);
 }
 
@@ -68,8 +73,10 @@ int mrc_rt_dealloc_pd(struct ibv_pd *pd)
 {
     if (mrc_real_verbs())
         return ENOSYS;
-    if (mrc_ready())
+    if (mrc_ready()) {
+        mrc_rt_fork_check();
         mrc_verbs_flush_pd(&mrc_rt.verbs, pd);
+    }
     return mrc_real.dealloc_pd(pd);
 }
 
@@ -77,7 +84,9 @@ int mrc_rt_close_device(struct ibv_context *ctx)
 {
     if (mrc_real_verbs())
         return ENOSYS;
-    if (mrc_ready())
+    if (mrc_ready()) {
+        mrc_rt_fork_check();
         mrc_verbs_flush_context(&mrc_rt.verbs, ctx);
+    }
     return mrc_real.close_device(ctx);
 }

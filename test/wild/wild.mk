@@ -1,9 +1,10 @@
-# wild.mk - ways memory changes under a registration that libmrcache's sources do not
-# see (test/wild/*.c). Always built; run only by `make test WILD=1`: where libmrcache
-# misses the change they fail under the preload. Each program runs three times: preloaded,
-# preloaded with the userfaultfd source added, and without the preload (the reference: a
-# fresh MR must see every write, so each test's change and check are real).
+# wild.mk - ways memory changes under a registration behind the program's back
+# (test/wild/*.c). Each program runs three times: preloaded, preloaded with the
+# userfaultfd source added, and without the preload (the reference: a fresh MR must see
+# every write, so each test's change and check are real). Those libmrcache handles run in
+# every `make test`; the rest are built always and run by `make test WILD=1`.
 WILD ?= 0
+WILD_HANDLED := fork
 WILD_NAMES := ucx hugetlb files advice shmdt fork shared uring
 WILD_BINS := $(addprefix $(BUILD)/test/test_wild_,$(WILD_NAMES))
 WILD_HDRS := test/wild/wild.h test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h
@@ -25,9 +26,12 @@ WILD_BINS += $(BUILD)/test/test_wild_ucx_linked
 endif
 
 TEST_BINS += $(WILD_BINS)
-ifeq ($(WILD),1)
 WILD_TIMEOUT := timeout 300
-TEST_CMDS += $(foreach b,$(WILD_BINS),"$(WILD_ENV) $(WILD_PRELOAD) $(WILD_TIMEOUT) $(b)" \
+WILD_RUN = $(foreach b,$(1),"$(WILD_ENV) $(WILD_PRELOAD) $(WILD_TIMEOUT) $(b)" \
     "$(WILD_ENV) $(WILD_PRELOAD) MRCACHE_MONITOR=patch,preload,uffd $(WILD_TIMEOUT) $(b)" \
     "$(WILD_ENV) $(WILD_TIMEOUT) $(b)")
+WILD_HANDLED_BINS := $(addprefix $(BUILD)/test/test_wild_,$(WILD_HANDLED))
+TEST_CMDS += $(call WILD_RUN,$(WILD_HANDLED_BINS))
+ifeq ($(WILD),1)
+TEST_CMDS += $(call WILD_RUN,$(filter-out $(WILD_HANDLED_BINS),$(WILD_BINS)))
 endif
