@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include "backend/verbs_ops.h"
+#include "monitor/patch.h"
 #include "monitor/uffd.h"
 #include "util/hot.h"
 #include "util/real.h"
@@ -14,6 +15,10 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
                              uint32_t access, void **reg)
 {
     (void)ctx;
+    /* A patcher that wrote over an entry point we rely on without making the page
+     * executable through our mprotect is found here, at a miss, a few entry points at a
+     * time. */
+    mrc_patch_check();
     /* Before the pinning: an unmap during the NIC call is then reported, and the cache's
      * race check (mrc_cache_unmap_begin's ring) keeps the registration out of the tree. */
     mrc_uffd_watch(addr, len);

@@ -31,7 +31,7 @@ MRC_EXPORT void free(void *p)
 }
 
 /* This free itself: the name free may resolve to a sanitizer's, preloaded first. */
-extern void mrc_hooks_free(void *p) __attribute__((alias("free"), copy(free)));
+MRC_OWN(free, mrc_hooks_free);
 
 MRC_EXPORT void *realloc(void *p, size_t n)
 {
@@ -77,3 +77,12 @@ MRC_EXPORT int mallopt(int param, int value)
 {
     return mrc_on_mallopt(param, value);
 }
+
+MRC_OWN(realloc, mrc_own_realloc);
+MRC_OWN(reallocarray, mrc_own_reallocarray);
+MRC_OWN(posix_memalign, mrc_own_posix_memalign);
+MRC_OWN(aligned_alloc, mrc_own_aligned_alloc);
+MRC_OWN(memalign, mrc_own_memalign);
+MRC_OWN(valloc, mrc_own_valloc);
+MRC_OWN(pvalloc, mrc_own_pvalloc);
+MRC_OWN(malloc_trim, mrc_own_malloc_trim);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "interpose/hooks.h"
 #include "monitor/unmap.h"
 #include "util/real.h"
 
@@ -87,3 +88,13 @@ MRC_EXPORT void *sbrk(intptr_t incr)
     }
     return mrc_on_sbrk(incr);
 }
+
+MRC_OWN(munmap, mrc_own_munmap);
+MRC_OWN(mmap, mrc_own_mmap);
+MRC_OWN(mmap64, mrc_own_mmap64);
+MRC_OWN(mremap, mrc_own_mremap);
+MRC_OWN(madvise, mrc_own_madvise);
+MRC_OWN(shmat, mrc_own_shmat);
+MRC_OWN(shmdt, mrc_own_shmdt);
+MRC_OWN(brk, mrc_own_brk);
+MRC_OWN(sbrk, mrc_own_sbrk);

@@ -142,6 +142,15 @@ void mrc_patch_watch(int fn, uint8_t *entry)
     __atomic_store_n(&mrc_patch_entry[fn], entry, __ATOMIC_RELEASE);
 }
 
+const char *mrc_patch_jump_owner(const uint8_t *c)
+{
+    Dl_info di;
+    uint64_t to = mrc_x86_jump_target(c);
+    if (!to)
+        return "unknown code";
+    return dladdr((void *)(uintptr_t)to, &di) && di.dli_fname ? di.dli_fname : "anonymous memory";
+}
+
 const char *mrc_patch_fallback(void)
 {
     return mrc_monitor.preload ? "the preload hook sees only calls through the PLT"

@@ -31,6 +31,35 @@ unsigned mrc_patch_selftest(int preload);
  * time after install; never allocates; may change errno. */
 void mrc_patch_code_changed(const void *addr, size_t len);
 
+/* libmrcache's own exported functions on the unmap path, which another library may patch
+ * (patch_exports.c). The kinds that can be chained (their jump moved aside, our logic
+ * run first, then theirs); the others, if patched, are reported lost. */
+enum mrc_export_kind {
+    MRC_EXPORT_MUNMAP, MRC_EXPORT_MMAP, MRC_EXPORT_MMAP64, MRC_EXPORT_MREMAP, MRC_EXPORT_MADVISE,
+    MRC_EXPORT_SHMAT, MRC_EXPORT_SHMDT, MRC_EXPORT_BRK, MRC_EXPORT_SBRK, MRC_EXPORT_KINDS
+};
+
+struct mrc_export {
+    const char *name;
+    void *entry;          /* our own code (not whatever the name resolves to) */
+    int kind;             /* enum mrc_export_kind, or -1 */
+};
+
+/* Starts watching these: each one's first bytes are held against our file's, and one
+ * found changed later is chained or given up (mrc_patch_check_all, which the caller
+ * runs next for a patcher whose constructor ran before ours). From the constructor,
+ * after mrc_monitor_init. */
+void mrc_patch_guard_exports(const struct mrc_export *list, unsigned n);
+
+/* Looks at every watched entry point, libc's and ours, and chains (or gives up) each one
+ * whose first bytes changed. Any thread, any time after install; never allocates. */
+void mrc_patch_check_all(void);
+
+/* The cheap look of the registration path: a few watched entry points (libc's and ours,
+ * in turn), and any found changed handled as mrc_patch_code_changed does. For a patcher
+ * that writes without making the page executable through our mprotect. Not from a hook. */
+void mrc_patch_check(void);
+
 /* "patch" when every entry point is patched, "patch(k/n)" when some, "" when none. */
 const char *mrc_patch_summary(void);
 

@@ -128,16 +128,6 @@ static const char *fn_name(int fn)
     return fn == MRC_FN_SBRK ? "sbrk" : mrc_patch_targets[fn].name;
 }
 
-/* Whose code a jump at c leads to, for the log. */
-static const char *jump_owner(const uint8_t *c)
-{
-    Dl_info di;
-    uint64_t to = mrc_x86_jump_target(c);
-    if (!to)
-        return "unknown code";
-    return dladdr((void *)(uintptr_t)to, &di) && di.dli_fname ? di.dli_fname : "anonymous memory";
-}
-
 static void give_up(int fn, uint8_t *entry)
 {
     const uint8_t *c = entry;
@@ -189,11 +179,31 @@ static void chain(int fn, uint8_t *entry, uint64_t now)
         memcpy(was, &now, 8);
         MRC_INFO("patch: %s was patched by %s after libmrcache (%02x %02x %02x %02x %02x); chained: our hook runs "
                  "first, then theirs",
-                 fn_name(fn), jump_owner(slot + 16), was[0], was[1], was[2], was[3], was[4]);
+                 fn_name(fn), mrc_patch_jump_owner(slot + 16), was[0], was[1], was[2], was[3], was[4]);
     }
 }
 
 static int check_wanted, check_busy;
+
+/* One thread checks at a time; a request arriving meanwhile (another thread, a signal
+ * handler) is seen by the checking thread before it stops. */
+void mrc_patch_check_all(void)
+{
+    __atomic_store_n(&check_wanted, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&check_wanted, __ATOMIC_SEQ_CST) && !__atomic_exchange_n(&check_busy, 1, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&check_wanted, 0, __ATOMIC_SEQ_CST);
+        for (int fn = 0; fn < MRC_PATCH_NFN; fn++) {
+            uint8_t *e = mrc_patch_entry[fn];
+            uint64_t now = e ? __atomic_load_n((uint64_t *)e, __ATOMIC_ACQUIRE) : 0;
+            if (e && now != mrc_patch_head[fn])
+                chain(fn, e, now);
+        }
+        for (unsigned i = 0; i < mrc_patch_exports(); i++)
+            if (mrc_patch_export_changed(i))
+                mrc_patch_export_chain(i);
+        __atomic_store_n(&check_busy, 0, __ATOMIC_RELEASE);
+    }
+}
 
 void mrc_patch_code_changed(const void *addr, size_t len)
 {
@@ -206,19 +216,32 @@ void mrc_patch_code_changed(const void *addr, size_t len)
         uintptr_t e = (uintptr_t)__atomic_load_n(&mrc_patch_entry[fn], __ATOMIC_ACQUIRE) & ~(pg - 1);
         touched = e && a < e + pg && a + len > e;
     }
-    if (!touched)
-        return;
-    /* One thread checks at a time; a call arriving meanwhile (another thread, a signal
-     * handler) leaves a request that the checking thread sees before it stops. */
-    __atomic_store_n(&check_wanted, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&check_wanted, __ATOMIC_SEQ_CST) && !__atomic_exchange_n(&check_busy, 1, __ATOMIC_ACQUIRE)) {
-        __atomic_store_n(&check_wanted, 0, __ATOMIC_SEQ_CST);
-        for (int fn = 0; fn < MRC_PATCH_NFN; fn++) {
-            uint8_t *e = mrc_patch_entry[fn];
-            uint64_t now = e ? __atomic_load_n((uint64_t *)e, __ATOMIC_ACQUIRE) : 0;
-            if (e && now != mrc_patch_head[fn])
-                chain(fn, e, now);
+    for (unsigned i = 0; i < mrc_patch_exports() && !touched; i++)
+        touched = mrc_patch_export_touched(i, a & ~(pg - 1), ((a + len + pg - 1) & ~(pg - 1)));
+    if (touched)
+        mrc_patch_check_all();
+}
+
+/* Entry points looked at per call of mrc_patch_check: each costs a load of a code line,
+ * which after the NIC's system call may be cold. */
+#define CHECK_PER_CALL 4
+
+void mrc_patch_check(void)
+{
+    static unsigned next;
+    unsigned n = MRC_PATCH_NFN + mrc_patch_exports();
+    for (unsigned k = 0; k < CHECK_PER_CALL; k++) {
+        unsigned i = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % n;
+        int changed;
+        if (i < MRC_PATCH_NFN) {
+            uint8_t *e = __atomic_load_n(&mrc_patch_entry[i], __ATOMIC_ACQUIRE);
+            changed = e && __atomic_load_n((uint64_t *)e, __ATOMIC_ACQUIRE) != mrc_patch_head[i];
+        } else {
+            changed = mrc_patch_export_changed(i - MRC_PATCH_NFN);
         }
-        __atomic_store_n(&check_busy, 0, __ATOMIC_RELEASE);
+        if (changed) {
+            mrc_patch_check_all();
+            return;
+        }
     }
 }

@@ -33,8 +33,18 @@ extern int mrc_patch_count;
 /* Starts watching entry (its head is taken as ours now). */
 void mrc_patch_watch(int fn, uint8_t *entry);
 
+/* Whose code the jump at c leads to (an object's path), for the log. */
+const char *mrc_patch_jump_owner(const uint8_t *c);
+
 /* What still watches a function left unpatched. */
 const char *mrc_patch_fallback(void);
+
+/* The guarded exports (patch_exports.c), by index below mrc_patch_exports(): whether one
+ * lies in [lo, hi), whether its head changed, and chaining (or giving up) one that did. */
+unsigned mrc_patch_exports(void);
+int mrc_patch_export_touched(unsigned i, uintptr_t lo, uintptr_t hi);
+int mrc_patch_export_changed(unsigned i);
+void mrc_patch_export_chain(unsigned i);
 
 /* The self-test's probe: between arm and disarm, each patched hook entered with an
  * address in [p, p+len) sets its mrc_fn bit, which disarm returns. */

@@ -105,10 +105,15 @@ int mrc_x86_write_jump(uint8_t *entry, void *hook)
     return 0;
 }
 
-/* Stubs and trampolines live in one page within a rel32 jump of libc: the new head of an
- * entry must be a single instruction inside its first 8 bytes. */
-static uint8_t *near_page;
-static size_t near_used;
+/* Stubs and trampolines live in pages within a rel32 jump of the entry they serve (the
+ * new head of an entry must be a single instruction inside its first 8 bytes): one page
+ * near libc, one near libmrcache, a few to spare. */
+#define STUB_PAGES 4
+static struct {
+    uint8_t *page;
+    size_t used;
+} near_pages[STUB_PAGES];
+static uint8_t *open_page;   /* the page stub_alloc made writable, until stub_seal */
 
 static int near(const uint8_t *from, const uint8_t *to)
 {
@@ -116,34 +121,53 @@ static int near(const uint8_t *from, const uint8_t *to)
     return d > INT32_MIN / 2 && d < INT32_MAX / 2;
 }
 
-uint8_t *mrc_x86_stub_alloc(const uint8_t *entry)
+/* A fresh page within reach of entry, or NULL. */
+static uint8_t *map_near(const uint8_t *entry)
 {
     long pg = page_size();
-    for (uintptr_t d = 1ul << 20; !near_page && d < (1ul << 30); d <<= 1)
-        for (int s = -1; s <= 1 && !near_page; s += 2) {
+    for (uintptr_t d = 1ul << 20; d < (1ul << 30); d <<= 1)
+        for (int s = -1; s <= 1; s += 2) {
             uintptr_t hint = ((uintptr_t)entry + (uintptr_t)(s * (intptr_t)d)) & ~(uintptr_t)(pg - 1);
             long p = MRC_SC(SYS_mmap, hint, pg, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                             -1, 0);
             if ((unsigned long)p > -4096ul)
                 continue;
             if (near((uint8_t *)p, entry))
-                near_page = (uint8_t *)p;
-            else
-                MRC_SC(SYS_munmap, p, pg, 0, 0, 0, 0);   /* a kernel that took the hint as a hint */
+                return (uint8_t *)p;
+            MRC_SC(SYS_munmap, p, pg, 0, 0, 0, 0);   /* a kernel that took the hint as a hint */
         }
-    if (!near_page || near_used + STUB_SIZE > (size_t)pg || !near(near_page + near_used, entry) ||
-        sys_mprotect(near_page, (size_t)pg, PROT_READ | PROT_WRITE | PROT_EXEC))
+    return NULL;
+}
+
+uint8_t *mrc_x86_stub_alloc(const uint8_t *entry)
+{
+    long pg = page_size();
+    int k = -1;
+    for (int i = 0; i < STUB_PAGES && k < 0; i++) {
+        if (!near_pages[i].page) {
+            if (!(near_pages[i].page = map_near(entry)))
+                return NULL;
+            k = i;
+        } else if (near_pages[i].used + STUB_SIZE <= (size_t)pg &&
+                   near(near_pages[i].page + near_pages[i].used, entry)) {
+            k = i;
+        }
+    }
+    if (k < 0 || sys_mprotect(near_pages[k].page, (size_t)pg, PROT_READ | PROT_WRITE | PROT_EXEC))
         return NULL;
-    near_used += STUB_SIZE;
-    return near_page + near_used - STUB_SIZE;
+    open_page = near_pages[k].page;
+    near_pages[k].used += STUB_SIZE;
+    return near_pages[k].page + near_pages[k].used - STUB_SIZE;
 }
 
 void mrc_x86_stub_seal(uint8_t *slot, int keep)
 {
-    if (slot && !keep && slot == near_page + near_used - STUB_SIZE)
-        near_used -= STUB_SIZE;
-    if (near_page)
-        sys_mprotect(near_page, (size_t)page_size(), PROT_READ | PROT_EXEC);
+    for (int i = 0; i < STUB_PAGES; i++)
+        if (slot && !keep && near_pages[i].page && slot == near_pages[i].page + near_pages[i].used - STUB_SIZE)
+            near_pages[i].used -= STUB_SIZE;
+    if (open_page)
+        sys_mprotect(open_page, (size_t)page_size(), PROT_READ | PROT_EXEC);
+    open_page = NULL;
 }
 
 void mrc_x86_abs_jump(uint8_t *at, uint64_t target)

@@ -24,6 +24,28 @@
 
 struct mrc_monitor mrc_monitor;
 
+/* The call each function ends in: libc's (mrc_real), or, for a call that arrived through
+ * one of libmrcache's own exported functions that another library patched and the patch
+ * source chained (patch_exports.c), that library's hook, set just before by
+ * mrc_monitor_next. Per thread, and taken at the call: a hook the other library calls
+ * in turn never sees it again. */
+static __thread void *next_override;
+
+void mrc_monitor_next(void *fn)
+{
+    next_override = fn;
+}
+
+static inline void *take_next(void *dflt)
+{
+    void *n = next_override;
+    if (__builtin_expect(n == NULL, 1))
+        return dflt;
+    next_override = NULL;
+    return n;
+}
+#define NEXT(f) ((__typeof__(mrc_real.f))take_next((void *)mrc_real.f))
+
 void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int preload)
 {
     mrc_monitor.sink = *sink;
@@ -92,10 +114,10 @@ int mrc_on_munmap(void *addr, size_t len)
 int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len)
 {
     if (!watching(src))
-        return mrc_real.munmap(addr, len);
+        return NEXT(munmap)(addr, len);
     struct unmap_op op;
     op_begin(&op, addr, len, MRC_INVAL_MUNMAP);
-    int rc = mrc_real.munmap(addr, len);
+    int rc = NEXT(munmap)(addr, len);
     op_done(&op);
     return rc;
 }
@@ -104,10 +126,10 @@ void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 {
     /* MAP_FIXED replaces whatever was mapped there; MAP_FIXED_NOREPLACE fails instead. */
     if (!(flags & MAP_FIXED) || !watching(MRC_FN_MMAP))
-        return mrc_real.mmap(addr, len, prot, flags, fd, off);
+        return NEXT(mmap)(addr, len, prot, flags, fd, off);
     struct unmap_op op;
     op_begin(&op, addr, len, MRC_INVAL_MMAP_FIXED);
-    void *p = mrc_real.mmap(addr, len, prot, flags, fd, off);
+    void *p = NEXT(mmap)(addr, len, prot, flags, fd, off);
     op_done(&op);
     return p;
 }
@@ -115,7 +137,7 @@ void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void *new_addr)
 {
     if (!watching(MRC_FN_MREMAP))
-        return mrc_real.mremap(old, old_size, new_size, flags, new_addr);
+        return NEXT(mremap)(old, old_size, new_size, flags, new_addr);
     /* Moving (possible with MAYMOVE, certain with FIXED or DONTUNMAP) takes the pages
      * away from the old range; shrinking takes the tail; MREMAP_FIXED also replaces
      * the target range. Growing in place keeps every registered page. */
@@ -126,7 +148,7 @@ void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void
         op_begin(&a, (char *)old + new_size, old_size - new_size, MRC_INVAL_MREMAP);
     if (flags & MREMAP_FIXED)
         op_begin(&b, new_addr, new_size, MRC_INVAL_MREMAP);
-    void *p = mrc_real.mremap(old, old_size, new_size, flags, new_addr);
+    void *p = NEXT(mremap)(old, old_size, new_size, flags, new_addr);
     if (a.len)
         op_done(&a);
     if (b.len)
@@ -138,10 +160,10 @@ int mrc_on_madvise(void *addr, size_t len, int advice)
 {
     if (!watching(MRC_FN_MADVISE) ||
         (advice != MADV_DONTNEED && advice != MADV_REMOVE && advice != MADV_DONTNEED_LOCKED))
-        return mrc_real.madvise(addr, len, advice);
+        return NEXT(madvise)(addr, len, advice);
     struct unmap_op op;
     op_begin(&op, addr, len, MRC_INVAL_MADVISE);
-    int rc = mrc_real.madvise(addr, len, advice);
+    int rc = NEXT(madvise)(addr, len, advice);
     op_done(&op);
     return rc;
 }
@@ -150,10 +172,10 @@ void *mrc_on_shmat(int id, const void *addr, int flags)
 {
     struct shmid_ds ds;
     if (!watching(MRC_FN_SHMAT) || !(flags & SHM_REMAP) || !addr || shmctl(id, IPC_STAT, &ds) != 0)
-        return mrc_real.shmat(id, addr, flags);
+        return NEXT(shmat)(id, addr, flags);
     struct unmap_op op;
     op_begin(&op, addr, ds.shm_segsz, MRC_INVAL_SHM);
-    void *p = mrc_real.shmat(id, addr, flags);
+    void *p = NEXT(shmat)(id, addr, flags);
     op_done(&op);
     return p;
 }
@@ -210,10 +232,10 @@ int mrc_on_shmdt(const void *addr)
 {
     uint64_t len;
     if (!watching(MRC_FN_SHMDT) || !(len = shm_extent((uintptr_t)addr)))
-        return mrc_real.shmdt(addr);
+        return NEXT(shmdt)(addr);
     struct unmap_op op;
     op_begin(&op, addr, len, MRC_INVAL_SHM);
-    int rc = mrc_real.shmdt(addr);
+    int rc = NEXT(shmdt)(addr);
     op_done(&op);
     return rc;
 }
@@ -222,10 +244,10 @@ int mrc_on_brk(void *addr)
 {
     char *cur;
     if (!watching(MRC_FN_BRK) || (cur = current_break()) == (void *)-1 || (char *)addr >= cur)
-        return mrc_real.brk(addr);
+        return NEXT(brk)(addr);
     struct unmap_op op;
     op_begin(&op, addr, (size_t)(cur - (char *)addr), MRC_INVAL_BRK);
-    int rc = mrc_real.brk(addr);
+    int rc = NEXT(brk)(addr);
     op_done(&op);
     return rc;
 }
@@ -244,9 +266,10 @@ void *mrc_monitor_sbrk_shrink(void *(*sbrk_fn)(intptr_t), intptr_t incr)
 
 void *mrc_on_sbrk(intptr_t incr)
 {
-    /* With brk patched, libc's sbrk calls it directly: that path invalidates. */
-    if (incr >= 0 || (__atomic_load_n(&mrc_monitor.patched, __ATOMIC_RELAXED) & (1u << MRC_FN_BRK)) ||
-        !watching(MRC_FN_BRK))
-        return mrc_real.sbrk(incr);
-    return mrc_monitor_sbrk_shrink(mrc_real.sbrk, incr);
+    /* With brk patched, libc's sbrk calls it directly: that path invalidates. Not a call
+     * chained to another library's sbrk hook, which may make the system call itself. */
+    if (incr >= 0 || !watching(MRC_FN_BRK) ||
+        ((__atomic_load_n(&mrc_monitor.patched, __ATOMIC_RELAXED) & (1u << MRC_FN_BRK)) && !next_override))
+        return NEXT(sbrk)(incr);
+    return mrc_monitor_sbrk_shrink(NEXT(sbrk), incr);
 }

@@ -55,6 +55,10 @@ void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int
         }                                                     \
     } while (0)
 
+/* The next mrc_on_* call of this thread ends in fn instead of libc's function (a chained
+ * export: the other library's hook). */
+void mrc_monitor_next(void *fn);
+
 int mrc_on_munmap(void *addr, size_t len);
 /* The same, arriving through source entry point src (ld.so's private munmap). */
 int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len);

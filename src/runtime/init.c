@@ -67,7 +67,8 @@ void mrc_rt_first_registration(void)
  * reaches us, so: the allocator hooks resume where they can (they predict free's and
  * trimming's unmaps), the program's frees are sent back through them, and nothing
  * cached before is trusted (what the other code unmapped before we noticed went
- * unseen). If the frees cannot all come back, caching stops. */
+ * unseen). If the frees cannot all come back, or nothing still sees what was lost,
+ * caching stops. */
 static void source_lost(const char *lost, const char *still)
 {
     int resumed = 0, unrouted = 0;
@@ -81,6 +82,11 @@ static void source_lost(const char *lost, const char *still)
                       : __atomic_load_n(&mrc_glibc_heap_watching, __ATOMIC_RELAXED)
                           ? " (the allocator hooks still predict free's unmaps and heap trimming)"
                           : " (MRCACHE_MALLOC_HOOKS=0 or no preload source: nothing predicts them)";
+    if (!still) {
+        /* Nothing sees those calls any more: caching cannot be trusted again. */
+        mrc_rt_stop_caching(lost);
+        return;
+    }
     if (__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED))
         MRC_WARN("%s%s; %s", lost, how, still);   /* the first registration has passed: say it now */
     else
@@ -206,6 +212,16 @@ void mrc_rt_stop_caching(const char *why)
      * way in the cache now stays its caller's alone. */
     mrc_cache_close(&mrc_rt.cache, MRC_INVAL_SOURCE_LOST);
     MRC_ERROR("%s: caching is OFF from here on (every registration goes to the NIC)", why);
+}
+
+void mrc_rt_guard_exports(const struct mrc_export *list, unsigned n)
+{
+    /* Whatever the sources, the preload hooks are our exports: watched unless nothing
+     * watches at all. */
+    if (!mrc_ready() || !mrc_rt.cfg.monitor)
+        return;
+    mrc_patch_guard_exports(list, n);
+    mrc_patch_check_all();
 }
 
 void mrc_rt_free_direct(void (*self_free)(void *))

@@ -17,6 +17,11 @@ struct mrcache_stats;
 /* Sets everything up (idempotent; the constructor calls it, a hook entered earlier may). */
 void mrc_init(void);
 
+/* From the constructor, after mrc_init: the exports the unmap path relies on (n of
+ * them), watched against other libraries' patches. */
+struct mrc_export;
+void mrc_rt_guard_exports(const struct mrc_export *list, unsigned n);
+
 /* From the constructor, after mrc_init: while the allocator hooks idle, the PLT calls of
  * free in the objects loaded so far go straight to the allocator instead of through
  * self_free (libmrcache's own free). */

@@ -2,9 +2,12 @@
  * libfabric's memhooks): its constructor rewrites libc's madvise entry (FAKEPATCH_FN=
  * munmap: munmap's) into "movabs $hook,%rax; jmp *%rax" (FAKEPATCH_FORM=nop: the same
  * after a nop, which libmrcache cannot move elsewhere). Loaded before libmrcache, it
- * must be left alone; loaded after, chained (or given up with FAKEPATCH_FORM=nop). At
- * exit this checks that its hook still receives libc's calls and prints
- * "fakepatch: intact". */
+ * must be left alone; loaded after, chained (or given up with FAKEPATCH_FORM=nop). With
+ * FAKEPATCH_TARGET=name it patches whatever the name resolves to instead (under the
+ * preload: libmrcache's own export, as UCX's lookup finds it), and with
+ * FAKEPATCH_PROTECT=raw it changes page protections with the system call, which no
+ * mprotect hook sees. At exit this checks that its hook still receives the calls of what
+ * it patched and prints "fakepatch: intact". */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +21,12 @@ static unsigned long calls;
 static int (*libc_madvise)(void *, size_t, int);
 static int (*libc_munmap)(void *, size_t);
 static long nr = SYS_madvise;
+static int raw_protect;
+
+static int protect(void *p, size_t len, int prot)
+{
+    return raw_protect ? (int)syscall(SYS_mprotect, p, len, prot) : mprotect(p, len, prot);
+}
 
 /* Both targets take (addr, len[, advice]) and return 0 or -1. */
 static int hook(void *a, size_t len, int advice)
@@ -33,8 +42,12 @@ static int hook(void *a, size_t len, int advice)
 __attribute__((constructor)) static void fake_patch(void)
 {
     void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-    libc_madvise = (int (*)(void *, size_t, int))dlsym(libc, "madvise");
-    libc_munmap = (int (*)(void *, size_t))dlsym(libc, "munmap");
+    const char *target = getenv("FAKEPATCH_TARGET");
+    void *from = target && !strcmp(target, "name") ? RTLD_DEFAULT : libc;
+    libc_madvise = (int (*)(void *, size_t, int))dlsym(from, "madvise");
+    libc_munmap = (int (*)(void *, size_t))dlsym(from, "munmap");
+    const char *how = getenv("FAKEPATCH_PROTECT");
+    raw_protect = how && !strcmp(how, "raw");
     const char *fn = getenv("FAKEPATCH_FN");
     if (fn && !strcmp(fn, "munmap"))
         nr = SYS_munmap;
@@ -47,9 +60,9 @@ __attribute__((constructor)) static void fake_patch(void)
     int nop = form && !strcmp(form, "nop");
     long pg = sysconf(_SC_PAGESIZE);
     uint8_t *page = (uint8_t *)((uintptr_t)p & ~(uintptr_t)(pg - 1));
-    if (mprotect(page, 2 * (size_t)pg, PROT_READ | PROT_WRITE | PROT_EXEC) == 0) {
+    if (protect(page, 2 * (size_t)pg, PROT_READ | PROT_WRITE | PROT_EXEC) == 0) {
         memcpy(p, code + !nop, sizeof(code) - !nop);
-        mprotect(page, 2 * (size_t)pg, PROT_READ | PROT_EXEC);
+        protect(page, 2 * (size_t)pg, PROT_READ | PROT_EXEC);
     }
 }
 

@@ -1,7 +1,8 @@
 # monitor.mk - the patch source (src/monitor/patch*.c): unmaps glibc and ld.so make
 # themselves, run with the allocator hooks off, under auto and patch (data must be
 # visible), and under preload and none (must be stale: the tests can fail); plus
-# refusal to overwrite another library's patch, and the start-up self-test's report.
+# refusal to overwrite another library's patch, the start-up self-test's report, and
+# another library patching libmrcache's own exports late (test_patched_exports).
 MON_BIN := $(BUILD)/test/test_monitor_paths
 MON_LIB := $(BUILD)/test/libmrc_bigbss.so
 MON_FAKE := $(BUILD)/test/libmrc_fakepatch.so
@@ -20,7 +21,12 @@ $(MON_FAKE): test/monitor/fakepatch.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -ldl
 
-TEST_BINS += $(MON_BIN) $(MON_LIB) $(MON_FAKE)
+$(BUILD)/test/test_patched_exports: test/monitor/test_patched_exports.c test/preload/common.h test/preload/stale.h \
+                                     test/check.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+
+TEST_BINS += $(MON_BIN) $(MON_LIB) $(MON_FAKE) $(BUILD)/test/test_patched_exports
 TEST_CMDS += "$(MON_RUN) $(MON_BIN) $(abspath $(MON_LIB))"
 TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=patch $(MON_BIN) $(abspath $(MON_LIB))"
 TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=preload EXPECT_STALE=1 $(MON_BIN) $(abspath $(MON_LIB)) 2>/dev/null"

@@ -66,4 +66,34 @@ rc=$?
 r=$?
 [ $r -ne 0 ] && cat "$tmp/f.err" >&2
 report patch_refuses_foreign_patch $r
+
+# 6-8. Another library overwrites libmrcache's own munmap after registrations (a plugin
+#      loaded with dlopen, looking munmap up by name): chained when it is a plain jump,
+#      both when the patcher's mprotect passes through ours and when it makes the system
+#      call itself (then a miss finds it); caching stops when the patch cannot be moved.
+#      In each, a buffer unmapped through the program's PLT and mapped again must get a
+#      fresh registration, and the patcher's hook must still see its calls.
+patched_export() { # NAME [VAR=VALUE...]
+    local name=$1
+    shift
+    env LD_LIBRARY_PATH=$SNIC LD_PRELOAD=$PRE MRCACHE_STATS=off MRCACHE_LOG=info \
+        LATE_PATCH=$B/test/libmrc_fakepatch.so FAKEPATCH_TARGET=name FAKEPATCH_FN=munmap "$@" \
+        "$B/test/test_patched_exports" >"$tmp/$name.out" 2>"$tmp/$name.err"
+    local rc=$?
+    grep -q '^ok - test_munmap_through_patched_export' "$tmp/$name.out" && [ $rc -eq 0 ] &&
+        grep -q 'fakepatch: intact' "$tmp/$name.err"
+}
+patched_export chained NO_MISSES=1 && grep -q "libmrcache's own munmap was patched by .*libmrc_fakepatch.so.*chained" "$tmp/chained.err"
+r=$?
+[ $r -ne 0 ] && cat "$tmp/chained.out" "$tmp/chained.err" >&2
+report patch_chains_patched_own_export $r
+patched_export raw FAKEPATCH_PROTECT=raw && grep -q "libmrcache's own munmap was patched by" "$tmp/raw.err"
+r=$?
+[ $r -ne 0 ] && cat "$tmp/raw.out" "$tmp/raw.err" >&2
+report patch_finds_silent_patch_of_own_export_at_a_miss $r
+patched_export off FAKEPATCH_FORM=nop EXPECT_OFF=1 &&
+    [ "$(grep -c "libmrcache's own munmap was overwritten by another library.*caching is OFF" "$tmp/off.err")" -eq 1 ]
+r=$?
+[ $r -ne 0 ] && cat "$tmp/off.out" "$tmp/off.err" >&2
+report patch_unmovable_patch_of_own_export_stops_caching $r
 exit 0

@@ -11,7 +11,7 @@ VM_PROGS   := $(VM_BIN)/vm_stale_mr $(VM_BIN)/vm_regcost $(VM_BIN)/vm_mpi
 # The Open MPI job's run under the preload with defaults (test/vm/README.md, "mpi"): 0
 # reports its wrong data in the munmap+mmap pattern as "not ok - ... # TODO" (known stale:
 # a patcher loaded later rewrites libmrcache's own munmap/mmap), 1 asserts fresh data there.
-VM_MPI_EXPECT_FIXED ?= 0
+VM_MPI_EXPECT_FIXED ?= 1
 # mpicc and the Open MPI runtime come from scripts/install-deps.sh --vm.
 VM_DEPS_STAMP := $(BUILD)/.vm-deps-ok
 # The test/preload/ programs built against the system libibverbs: with no software NIC

@@ -4,7 +4,7 @@
 # every write, so each test's change and check are real). Those libmrcache handles run in
 # every `make test`; the rest are built always and run by `make test WILD=1`.
 WILD ?= 0
-WILD_HANDLED := fork
+WILD_HANDLED = fork ucx $(if $(WILD_UCS_SO),ucx_linked)
 WILD_NAMES := ucx hugetlb files advice shmdt fork shared uring
 WILD_BINS := $(addprefix $(BUILD)/test/test_wild_,$(WILD_NAMES))
 WILD_HDRS := test/wild/wild.h test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h
