@@ -16,8 +16,7 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
 {
     (void)ctx;
     /* A patcher that wrote over an entry point we rely on without making the page
-     * executable through our mprotect is found here, at a miss, a few entry points at a
-     * time. */
+     * executable through our mprotect is found here, one entry point per miss. */
     mrc_patch_check();
     /* Before the pinning: an unmap during the NIC call is then reported, and the cache's
      * race check (mrc_cache_unmap_begin's ring) keeps the registration out of the tree. */
@@ -51,8 +50,3 @@ uint32_t mrc_verbs_local_super_mask(void)
     return IBV_ACCESS_LOCAL_WRITE;
 }
 
-MRC_HOT int mrc_verbs_cacheable(unsigned int access)
-{
-    /* ODP pins nothing (faults pages in), zero-based changes the address space. */
-    return !(access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED));
-}

@@ -3,6 +3,8 @@
 #ifndef MRC_VERBS_OPS_H
 #define MRC_VERBS_OPS_H
 
+#include <infiniband/verbs.h>
+
 #include "core/cache.h"
 
 extern const struct mrc_cache_ops mrc_verbs_ops;
@@ -11,7 +13,12 @@ extern const struct mrc_cache_ops mrc_verbs_ops;
 uint32_t mrc_verbs_remote_mask(void);
 uint32_t mrc_verbs_local_super_mask(void);
 
-/* Whether a registration with these access flags can be cached at all. */
-int mrc_verbs_cacheable(unsigned int access);
+/* Whether a registration with these access flags can be cached at all: ODP pins nothing
+ * (it faults pages in), zero-based changes the address space. Inline: every
+ * registration asks. */
+static inline int mrc_verbs_cacheable(unsigned int access)
+{
+    return !(access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED));
+}
 
 #endif

@@ -55,8 +55,8 @@ void mrc_patch_guard_exports(const struct mrc_export *list, unsigned n);
  * whose first bytes changed. Any thread, any time after install; never allocates. */
 void mrc_patch_check_all(void);
 
-/* The cheap look of the registration path: a few watched entry points (libc's and ours,
- * in turn), and any found changed handled as mrc_patch_code_changed does. For a patcher
+/* The cheap look of the registration path: one watched entry point (libc's and ours, in
+ * turn), and one found changed handled as mrc_patch_code_changed does. For a patcher
  * that writes without making the page executable through our mprotect. Not from a hook. */
 void mrc_patch_check(void);
 

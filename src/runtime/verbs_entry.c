@@ -16,7 +16,11 @@
 #include "util/real.h"
 #include "verbs/mr.h"
 
-MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
+/* Everything but a cacheable registration on a ready cache in use: passes through or
+ * starts what the first one needs. Out of line, so that the usual call's gate needs no
+ * stack frame of its own. */
+static __attribute__((noinline, cold)) struct ibv_mr *reg_gated(struct ibv_pd *pd, void *addr, size_t len,
+                                                                 uint64_t iova, unsigned int access)
 {
     if (mrc_real_verbs()) {
         errno = ENOSYS;
@@ -37,6 +41,18 @@ MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, 
     return mrc_verbs_reg_mr(&mrc_rt.verbs, pd, addr, len, iova, access);
 }
 
+MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
+{
+    if (__builtin_expect(__atomic_load_n(&mrc_real_verbs_ready, __ATOMIC_ACQUIRE) && mrc_ready() &&
+                             __atomic_load_n(&mrc_rt.cfg.enable, __ATOMIC_RELAXED) && !mrc_verbs_in_reg() &&
+                             *__atomic_load_n(&mrc_rt_mark, __ATOMIC_RELAXED) && pd && addr && len &&
+                             mrc_verbs_cacheable(access) && __atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED) &&
+                             !__atomic_load_n(&mrc_dumpsig_flag, __ATOMIC_RELAXED),
+                         1))
+        return mrc_verbs_reg_mr(&mrc_rt.verbs, pd, addr, len, iova, access);
+    return reg_gated(pd, addr, len, iova, access);
+}
+
 struct ibv_mr *mrc_rt_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
                                     int access)
 {
@@ -47,7 +63,7 @@ struct ibv_mr *mrc_rt_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t l
     return mrc_verbs_reg_dmabuf_mr(pd, offset, len, iova, fd, access, mrc_ready());
 }
 
-MRC_HOT int mrc_rt_dereg_mr(struct ibv_mr *mr)
+static __attribute__((noinline, cold)) int dereg_gated(struct ibv_mr *mr)
 {
     if (!mr)
         return EINVAL;
@@ -58,6 +74,16 @@ MRC_HOT int mrc_rt_dereg_mr(struct ibv_mr *mr)
     mrc_rt_fork_check();
     mrc_dumpsig_poll();
     return mrc_verbs_dereg_mr(&mrc_rt.verbs, mr);
+}
+
+MRC_HOT int mrc_rt_dereg_mr(struct ibv_mr *mr)
+{
+    if (__builtin_expect(mr && __atomic_load_n(&mrc_real_verbs_ready, __ATOMIC_ACQUIRE) && mrc_ready() &&
+                             *__atomic_load_n(&mrc_rt_mark, __ATOMIC_RELAXED) &&
+                             !__atomic_load_n(&mrc_dumpsig_flag, __ATOMIC_RELAXED),
+                         1))
+        return mrc_verbs_dereg_mr(&mrc_rt.verbs, mr);
+    return dereg_gated(mr);
 }
 
 int mrc_rt_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)

@@ -13,7 +13,7 @@
 #include "stale.h"
 
 #define LEN (64u << 10)
-#define MISSES 32      /* more than every watched entry point, a few per miss */
+#define MISSES 64      /* more than twice the watched entry points, one per miss */
 
 static void test_munmap_through_patched_export(void)
 {
