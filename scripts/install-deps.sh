@@ -34,4 +34,6 @@ fi
 echo "install-deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# apt's own notice that debconf has no apt-utils to pre-configure with is not an error.
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    2> >(grep -v '^debconf: delaying package configuration, since apt-utils is not installed' >&2)
