@@ -104,7 +104,6 @@ if [ -f "$TARBALL" ] && [ -n "$(find "$TARBALL" -mtime +"$MAX_AGE" 2>/dev/null)"
 fi
 t0=$(now)
 if [ -f "$TARBALL" ]; then
-    echo "# bootstrap: cached"
     boot_note=cached
 else
     tmpb=$(mktemp -d "$CACHE/bootstrap.XXXXXX")
