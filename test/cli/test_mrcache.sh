@@ -153,14 +153,16 @@ int main(int argc, char **argv)
         puts("# libmrcache config 1");
         puts("MRCACHE_ENABLE\t1\t0\tenvironment\t0 makes every call pass straight through");
         puts("MRCACHE_LOG\twarn\twarn\tdefault\tlog level");
+        puts("MRCACHE_STATS_FORMAT\ttext\ttext\tinvalid\ttext or json");
         return 0;
     }
     return 2;
 }
 C
 cc -o "$tmp/libmrcache.so.9" "$tmp/selfdesc.c"
-out=$(MRCACHE_ENABLE=0 "$root/scripts/mrcache" --lib "$tmp/libmrcache.so.9" --config)
-[ "$(echo "$out" | grep -c '^MRCACHE_')" -eq 2 ] && echo "$out" | grep -q '^MRCACHE_ENABLE=0  *# default 1; from the environment$' &&
+out=$(MRCACHE_ENABLE=0 MRCACHE_STATS_FORMAT=xml "$root/scripts/mrcache" --lib "$tmp/libmrcache.so.9" --config)
+[ "$(echo "$out" | grep -c '^MRCACHE_')" -eq 3 ] && echo "$out" | grep -q '^MRCACHE_ENABLE=0  *# default 1; from the environment$' &&
+    echo "$out" | grep -q '^MRCACHE_STATS_FORMAT=xml  *# NOT VALID: the default, text, is used$' &&
     echo "$out" | grep -q '^MRCACHE_LOG=warn  *# default$' &&
     [ "$("$root/scripts/mrcache" --lib "$tmp/libmrcache.so.9" --version | sed -n 2p)" = "libmrcache 9.9: $tmp/libmrcache.so.9" ]
 report mrcache_uses_the_library_own_answers $?
