@@ -178,26 +178,28 @@ uninstall:
 	$(Q)rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 	$(Q)$(LDCONFIG)
 
+# One write, so that `make help | head` never meets a closed pipe midway.
 help:
-	@echo 'Targets (V=1 prints full command lines; BUILD=DIR builds elsewhere; CC=, CFLAGS=,'
-	@echo 'LDFLAGS= add to the flags the build needs):'
-	@echo '  all (default)  build $(LIB)'
-	@echo '  test           build and run the tests ("N passed, N failed"; each test'"'"'s output in'
-	@echo '                 $(BUILD)/test-logs/, shown on the terminal when it fails)'
-	@echo '  check          the tests under ASan and UBSan (in build-asan/)'
-	@echo '  tsan           the cache core'"'"'s threaded tests under ThreadSanitizer (build-tsan/)'
-	@echo '  demo           a program that registers every message, without and with the cache'
-	@echo '  bench          benchmarks against UCX'"'"'s rcache and no cache (not part of test)'
-	@echo '  bench-ladder   the miss workload with ever less of the miss path, beside UCX'
-	@echo '  cache-bench, itree-bench, uffd-bench, verify-bench'
-	@echo '                 one part of bench each'
-	@echo '  vm-test        the Soft-RoCE tests in a qemu VM'
-	@echo '  man            the manual pages, with the version filled in, in $(BUILD)/man/'
-	@echo '  install        library, header, mrcache.pc, mrcache, mrcache-report, manual pages'
-	@echo '                 (PREFIX=$(PREFIX) DESTDIR=; also LIBDIR, BINDIR, INCLUDEDIR, MANDIR)'
-	@echo '  uninstall      remove exactly what install installed (same PREFIX and DESTDIR)'
-	@echo '  deps           install the Debian packages the build needs (scripts/install-deps.sh)'
-	@echo '  clean          remove build/, build-asan/, build-tsan/'
+	@printf '%s\n' \
+	    'Targets (V=1 prints full command lines; BUILD=DIR builds elsewhere; CC=, CFLAGS=,' \
+	    'LDFLAGS= add to the flags the build needs):' \
+	    '  all (default)  build $(LIB)' \
+	    '  test           build and run the tests ("N passed, N failed"; each test'"'"'s output in' \
+	    '                 $(BUILD)/test-logs/, shown on the terminal when it fails)' \
+	    '  check          the tests under ASan and UBSan (in build-asan/)' \
+	    '  tsan           the cache core'"'"'s threaded tests under ThreadSanitizer (build-tsan/)' \
+	    '  demo           a program that registers every message, without and with the cache' \
+	    '  bench          benchmarks against UCX'"'"'s rcache and no cache (not part of test)' \
+	    '  bench-ladder   the miss workload with ever less of the miss path, beside UCX' \
+	    '  cache-bench, itree-bench, uffd-bench, verify-bench' \
+	    '                 one part of bench each' \
+	    '  vm-test        the Soft-RoCE tests in a qemu VM' \
+	    '  man            the manual pages, with the version filled in, in $(BUILD)/man/' \
+	    '  install        library, header, mrcache.pc, mrcache, mrcache-report, manual pages' \
+	    '                 (PREFIX=$(PREFIX) DESTDIR=; also LIBDIR, BINDIR, INCLUDEDIR, MANDIR)' \
+	    '  uninstall      remove exactly what install installed (same PREFIX and DESTDIR)' \
+	    '  deps           install the Debian packages the build needs (scripts/install-deps.sh)' \
+	    '  clean          remove build/, build-asan/, build-tsan/'
 
 clean:
 	rm -rf build build-asan build-tsan
