@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages that libmrcache's build and tests need.
+# Installs the Debian 12 packages that libmrcache's build and `make test` need.
 # Idempotent and quiet when everything is present; when not root it prints the
-# apt-get line to run and exits non-zero. The default set includes UCX's runtime
-# (libucx0): test/ucs loads libucs, which patches libc as it loads. Extra package groups:
-# --vm (Soft-RoCE VM harness, with Open MPI for its MPI job), --bench (UCX's headers for the benchmark comparison).
+# apt-get line to run and exits non-zero. The default set is everything the tests run:
+# UCX's runtime (test/ucs loads libucs, which patches libc as it loads), jemalloc (a
+# second allocator after us), python3 and matplotlib (mrcache-report and its plots), git
+# (the benchmark patch is checked against the sources), groff and man-db (the manual
+# pages are rendered), shellcheck (mrcache is checked as POSIX sh). Extra groups: --vm
+# (Soft-RoCE VM harness, with Open MPI for its MPI job), --bench (UCX's headers for the
+# benchmark comparison), --fresh-root (scripts/fresh-root-check.sh's debootstrap).
 set -euo pipefail
 
-pkgs=(build-essential pkg-config libibverbs-dev ibverbs-utils uthash-dev libunwind-dev liburing-dev libucx0)
+pkgs=(build-essential pkg-config libibverbs-dev ibverbs-utils uthash-dev libunwind-dev liburing-dev libucx0
+      libjemalloc2 python3 python3-matplotlib git groff-base man-db shellcheck)
 for arg in "$@"; do
     case "$arg" in
         --vm) pkgs+=(qemu-system-x86 busybox-static cpio gzip kmod ibverbs-providers perftest iproute2 libucx0 ucx-utils xz-utils zstd
                     openmpi-bin libopenmpi-dev) ;;
         --bench) pkgs+=(libucx-dev libjemalloc2) ;;
-        *) echo "install-deps.sh: unknown option '$arg' (known: --vm, --bench)" >&2; exit 2 ;;
+        --fresh-root) pkgs+=(debootstrap) ;;
+        *) echo "install-deps.sh: unknown option '$arg' (known: --vm, --bench, --fresh-root)" >&2; exit 2 ;;
     esac
 done
 
@@ -30,4 +36,6 @@ fi
 echo "install-deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# apt's own notice that debconf has no apt-utils to pre-configure with is not an error.
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    2> >(grep -v '^debconf: delaying package configuration, since apt-utils is not installed' >&2)

@@ -8,6 +8,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A function the compiler must neither inline nor reason about across the call (a frame
+ * a call-site test must see, an address a stale-memory test reads on purpose): GCC's
+ * noipa; clang has no noipa, and noinline with optnone keeps the same promise. */
+#if defined(__clang__)
+#define CHECK_NOIPA __attribute__((noinline, optnone))
+#else
+#define CHECK_NOIPA __attribute__((noipa))
+#endif
+
+/* Before a loop whose call must stay one call instruction (one return address: one call
+ * stack for a call-site test), not copies made by unrolling. */
+#if defined(__clang__)
+#define CHECK_NO_UNROLL _Pragma("clang loop unroll(disable)")
+#else
+#define CHECK_NO_UNROLL _Pragma("GCC unroll 1")
+#endif
+
 static int check_failures;      /* failed CHECKs in the running test */
 static int check_tests_failed;  /* tests with at least one failed CHECK */
 static const char *check_skip_why;  /* set by SKIP_TEST in the running test */

@@ -1,7 +1,8 @@
 # api.mk - the public API (include/mrcache.h): a program built against the header only,
 # run preloaded (every call works), preloaded without the invalidate call (the raw remap
 # must be stale: the test can fail), and without the library (every call -ENOSYS); then
-# test_api.sh: strict header compiles, a configured stats file, and `make install`.
+# test_api.sh: strict header compiles, a configured stats file, `make install` (and the
+# installed mrcache) and `make uninstall`.
 API_BIN := $(BUILD)/test/test_api
 API_RUN := LD_LIBRARY_PATH=$(SNIC_DIR)
 API_PRELOAD := $(API_RUN) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB))
@@ -9,7 +10,7 @@ API_PRELOAD := $(API_RUN) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB))
 # Never linked with libmrcache: the header's dlsym binding is what is under test.
 $(API_BIN): test/api/test_api.c include/mrcache.h test/preload/common.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Iinclude -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Iinclude -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 TEST_BINS += $(API_BIN)
 TEST_CMDS += "$(API_PRELOAD) MRCACHE_STATS=off $(API_BIN)"

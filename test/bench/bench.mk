@@ -1,4 +1,4 @@
-# bench.mk - `make bench` (issue 6): the same workloads through (a) no cache, (b) libmrcache
+# bench.mk - `make bench`: the same workloads through (a) no cache, (b) libmrcache
 # preloaded and (c) UCX's rcache, alternated by test/bench/run-bench.sh; the table goes to
 # stdout, $(BUILD)/bench/results.json and results.md. Not part of `make test`. UCX's
 # headers are checked (and installed) by the bench-deps step before anything is built.
@@ -16,16 +16,16 @@ bench-deps:
 
 $(BENCH_DIR)/bench_verbs: test/bench/bench.c test/bench/sys_verbs.h include/mrcache.h test/snic/snic.h $(SNIC_DEPS) | bench-deps
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Iinclude -DBENCH_UCX=0 $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Iinclude -DBENCH_UCX=0 $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 $(BENCH_DIR)/bench_ucx: test/bench/bench.c test/bench/sys_ucx.h test/snic/snic.h $(SNIC_DEPS) | bench-deps
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) $(BENCH_UCX_CFLAGS) -DBENCH_UCX=1 $< -o $@ $(LDFLAGS) $(SNIC_LINK) \
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) $(BENCH_UCX_CFLAGS) -DBENCH_UCX=1 $< -o $@ $(LDFLAGS) $(SNIC_LINK) \
 	    $(BENCH_UCX_LIBS) -lpthread
 
 $(BENCH_DIR)/bench_report: test/bench/bench_report.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) -lm
+	$(call say,LD,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) -lm
 
 bench-compare: $(LIB) $(SNIC_DEPS) $(BENCH_BINS)
 	test/bench/run-bench.sh $(BUILD)

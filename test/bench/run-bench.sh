@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run-bench.sh - runs the issue-6 workloads in alternated processes, each system in its
+# run-bench.sh - runs the benchmark workloads in alternated processes, each system in its
 # own: (a) bench_verbs alone, (b) bench_verbs with libmrcache preloaded, (c) bench_ucx
 # (libucs never shares a process with libmrcache). Collects "system key value" lines in
 # BUILD/bench/raw.txt; bench_report prints the table and writes results.json and .md.

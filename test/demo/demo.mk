@@ -2,7 +2,7 @@
 # NIC's copy, which a real libibverbs replaces at run time). scripts/demo.sh runs it.
 $(BUILD)/demo/mrc_demo: test/demo/mrc_demo.c $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl
+	$(call say,LD,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl
 
 demo: all $(BUILD)/demo/mrc_demo
 	@scripts/demo.sh $(BUILD)

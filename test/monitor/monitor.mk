@@ -11,15 +11,15 @@ MON_RUN := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(L
 
 $(MON_BIN): test/monitor/test_monitor_paths.c test/preload/common.h test/preload/stale.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 $(MON_LIB): test/monitor/bigbss.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS)
+	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS)
 
 $(MON_FAKE): test/monitor/fakepatch.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -ldl
+	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -ldl
 
 $(BUILD)/test/test_patched_exports: test/monitor/test_patched_exports.c test/preload/common.h test/preload/stale.h \
                                      test/check.h $(SNIC_DEPS)

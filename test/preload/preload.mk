@@ -5,7 +5,7 @@ PRELOAD := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(L
 
 $(BUILD)/test/test_%: test/preload/test_%.c test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 TEST_BINS += $(PRELOAD_BINS)
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_unmap_paths"
@@ -17,15 +17,15 @@ TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1
 
 $(BUILD)/test/libmrc_testplugin.so: test/preload/plugin.c $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) $(SNIC_LINK)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) $(SNIC_LINK)
 
 $(BUILD)/test/plugin_host: test/preload/plugin_host.c test/check.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itest $< -o $@ $(LDFLAGS) -ldl
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest $< -o $@ $(LDFLAGS) -ldl
 
 $(BUILD)/test/memlock: test/preload/memlock.c test/preload/common.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK)
 
 TEST_BINS += $(BUILD)/test/libmrc_testplugin.so $(BUILD)/test/plugin_host $(BUILD)/test/memlock
 TEST_CMDS += "test/preload/test_process.sh $(BUILD) '$(PRELOAD_PREFIX)'"

@@ -100,13 +100,13 @@ static inline void unmap_watch_check(const char *what)
 
 /* glibc's size field of the chunk at mem, read as an address would be: the compiler must
  * not reason about the object (these tests use addresses after free on purpose). */
-__attribute__((noipa, unused)) static size_t chunk_field(uintptr_t mem)
+CHECK_NOIPA __attribute__((unused)) static size_t chunk_field(uintptr_t mem)
 {
     return *(volatile size_t *)(mem - sizeof(size_t));
 }
 
 /* An address kept across free/realloc, as a number: a pointer again when used. */
-__attribute__((noipa, unused)) static char *at(uintptr_t a)
+CHECK_NOIPA __attribute__((unused)) static char *at(uintptr_t a)
 {
     return (char *)a;
 }

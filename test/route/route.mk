@@ -14,24 +14,24 @@ ROUTE_LINK = $(LDFLAGS) $(SNIC_LINK) -L$(ROUTE_T) -lmrc_lazyfree -Wl,-rpath,'$$O
 
 $(ROUTE_T)/libmrc_lazyfree.so: test/route/lazyfree.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -Wl,-z,lazy
+	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -Wl,-z,lazy
 
 $(ROUTE_T)/libmrc_ownfree.so: test/route/ownfree.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS)
+	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS)
 
 $(ROUTE_T)/libmrc_early.so: test/route/early.c test/route/deny.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -lpthread
 
 $(ROUTE_T)/test_route: $(ROUTE_SRC_DEPS)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(ROUTE_LINK)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(ROUTE_LINK)
 
 $(ROUTE_T)/test_route_lazy: $(ROUTE_SRC_DEPS)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(ROUTE_LINK) -Wl,-z,lazy
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(ROUTE_LINK) -Wl,-z,lazy
 
 $(ROUTE_T)/test_route_ownfree: $(ROUTE_SRC_DEPS)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload -DOWN_FREE $< -o $@ $(ROUTE_LINK)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload -DOWN_FREE $< -o $@ $(ROUTE_LINK)
 
 TEST_BINS += $(ROUTE_LIBS) $(ROUTE_PROGS)
 TEST_CMDS += "test/route/test_route.sh $(BUILD) '$(PRELOAD_PREFIX)'"

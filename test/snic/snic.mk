@@ -14,32 +14,32 @@ SNIC_DEPS   := $(SNIC_LIB) $(SNIC_DIR)/libibverbs.so
 
 $(SNIC_DIR)/obj/%.o: test/snic/%.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -fvisibility=hidden -MMD -MP -c $< -o $@
+	$(call say,CC,$@)$(CC) $(CFLAGS) -fvisibility=hidden -MMD -MP -c $< -o $@
 
 # Linked under a temporary name: a library failing the PLT check never looks built.
 $(SNIC_LIB): $(SNIC_OBJS) test/snic/snic.map test/snic/check-plt.sh
-	$(CC) -shared -o $@.tmp $(SNIC_OBJS) $(LDFLAGS) -Wl,-soname,libibverbs.so.1 \
+	$(call say,LD,$@)$(CC) -shared -o $@.tmp $(SNIC_OBJS) $(LDFLAGS) -Wl,-soname,libibverbs.so.1 \
 	    -Wl,--version-script=test/snic/snic.map -luring -lpthread
-	test/snic/check-plt.sh $@.tmp || { rm -f $@.tmp; exit 1; }
-	mv -f $@.tmp $@
+	$(Q)test/snic/check-plt.sh $@.tmp || { rm -f $@.tmp; exit 1; }
+	$(Q)mv -f $@.tmp $@
 
 $(SNIC_DIR)/libibverbs.so: $(SNIC_LIB)
-	ln -sf libibverbs.so.1 $@
+	$(Q)ln -sf libibverbs.so.1 $@
 
 $(BUILD)/test/test_snic: test/snic/test_snic.c test/snic/snic.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
 
 # Defines ibv_reg_mr_iova2 itself; exported so the NIC's PLT slot binds to it.
 $(BUILD)/test/test_snic_plt: test/snic/test_snic_plt.c test/snic/snic.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) \
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) \
 	    -Wl,--export-dynamic-symbol=ibv_reg_mr_iova2 $(SNIC_LINK) -ldl
 
 # Linked against the system's libibverbs, run against ours by test_abi.sh.
 $(BUILD)/test/snic_linkcheck: test/snic/snic_linkcheck.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) -libverbs -ldl
+	$(call say,LD,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) -libverbs -ldl
 
 TEST_BINS += $(SNIC_DEPS) $(BUILD)/test/test_snic $(BUILD)/test/test_snic_plt \
              $(BUILD)/test/snic_linkcheck

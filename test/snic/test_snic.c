@@ -170,7 +170,7 @@ static int spawn_self(const char *mode, const char *const *env, char *err, size_
 }
 
 /* A forked child's verdict: 0 if every condition held. */
-static int child_fail(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) static int child_fail(const char *fmt, ...)
 {
     va_list ap;
 

@@ -1,4 +1,4 @@
-# stats.mk - the statistics: the call-site, leak, output-path and dump-signal
+# stats.mk - the statistics modules: the call-site, leak, output-path and dump-signal
 # modules on their own (test_callsite, through a shim library exporting them), then
 # test_stats.sh: a verbs workload under the preload (call sites, leaks, %r files, the
 # dump signal, 4 ranks merged by scripts/mrcache-report).
@@ -8,15 +8,15 @@ STATS_SHIM_OBJS := $(addprefix $(BUILD)/obj/,util/callsite.o util/leaks.o util/o
 
 $(STATS_SHIM): test/stats/stats_shim.c $(STATS_SHIM_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -shared -fvisibility=hidden -Isrc $< $(STATS_SHIM_OBJS) -o $@ $(LDFLAGS) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden -Isrc $< $(STATS_SHIM_OBJS) -o $@ $(LDFLAGS) -ldl -lpthread
 
 $(BUILD)/test/test_callsite: test/stats/test_callsite.c test/check.h $(STATS_SHIM)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itest -Isrc $< -o $@ $(LDFLAGS) $(STATS_SHIM) -Wl,-rpath,$(abspath $(BUILD)/test)
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest -Isrc $< -o $@ $(LDFLAGS) $(STATS_SHIM) -Wl,-rpath,$(abspath $(BUILD)/test)
 
 $(BUILD)/test/stats_workload: test/stats/stats_workload.c test/preload/common.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK)
 
 TEST_BINS += $(STATS_SHIM) $(BUILD)/test/test_callsite $(BUILD)/test/stats_workload
 TEST_CMDS += "$(BUILD)/test/test_callsite"

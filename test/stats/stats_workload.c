@@ -12,7 +12,7 @@
 #define LEN 65536
 static int failed;
 
-__attribute__((noipa)) static void reg_hot(char *p, int n)
+CHECK_NOIPA static void reg_hot(char *p, int n)
 {
     for (int i = 0; i < n; i++) {
         struct ibv_mr *mr = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
@@ -21,7 +21,7 @@ __attribute__((noipa)) static void reg_hot(char *p, int n)
     }
 }
 
-__attribute__((noipa)) static void reg_cold(char *base, int n)
+CHECK_NOIPA static void reg_cold(char *base, int n)
 {
     /* One page apart but each its own mapping's worth: distinct registrations. */
     for (int i = 0; i < n; i++) {
@@ -35,7 +35,7 @@ __attribute__((noipa)) static void reg_cold(char *base, int n)
     (void)base;
 }
 
-__attribute__((noipa)) static struct ibv_mr *leak_here(void)
+CHECK_NOIPA static struct ibv_mr *leak_here(void)
 {
     char *p = map_anon(NULL, LEN, 0);
     struct ibv_mr *mr = p ? ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE) : NULL;

@@ -171,7 +171,7 @@ static void test_off_costs_nothing(void)
 
 static volatile int sink;
 
-__attribute__((noipa)) static void *site_a(uint64_t len)
+CHECK_NOIPA static void *site_a(uint64_t len)
 {
     sink = 1;   /* distinct bodies: identical functions would be folded into one */
     void *s = shim_count(len, 0);
@@ -179,7 +179,7 @@ __attribute__((noipa)) static void *site_a(uint64_t len)
     return s;
 }
 
-__attribute__((noipa)) static void *site_b(uint64_t len)
+CHECK_NOIPA static void *site_b(uint64_t len)
 {
     sink = 2;   /* distinct bodies: identical functions would be folded into one */
     void *s = shim_count(len, 1);
@@ -187,7 +187,7 @@ __attribute__((noipa)) static void *site_b(uint64_t len)
     return s;
 }
 
-__attribute__((noipa)) static void *leak_site(uint64_t len)
+CHECK_NOIPA static void *leak_site(uint64_t len)
 {
     sink = 3;   /* distinct bodies: identical functions would be folded into one */
     void *s = shim_count(len, 0);
@@ -199,8 +199,10 @@ static void test_attribution(void)
 {
     shim_callsite_init(16, 1);   /* every hit captured: exact */
     void *a[6], *b = NULL;
+    CHECK_NO_UNROLL
     for (int i = 0; i < 6; i++)
         a[i] = site_a(4096);
+    CHECK_NO_UNROLL
     for (int i = 0; i < 7; i++)
         b = site_b(8192);
     CHECK(a[0] && b && a[0] != b);
@@ -216,11 +218,13 @@ static void test_attribution(void)
     CHECKF(!strcmp(r, "16 1 libunwind 6 24576 0 7 7 57344 True True site_a"), "%s", r);
 }
 
-static void test_sampling_estimate(void)
+/* Not inlined: its own name is frame 1 of the stacks it makes. */
+CHECK_NOIPA static void test_sampling_estimate(void)
 {
     shim_callsite_init(16, 64);
     const int n = 64000;
     int sampled = 0;
+    CHECK_NO_UNROLL
     for (int i = 0; i < n; i++)
         sampled += site_b(8192) != NULL;
     /* Mean interval 64: about 1000 samples; far outside this range is a broken sampler. */
@@ -239,6 +243,7 @@ static void test_leaks(void)
     shim_callsite_init(16, 1);
     struct mrc_leak_tag t[4];
     memset(t, 0, sizeof(t));
+    CHECK_NO_UNROLL
     for (int i = 0; i < 3; i++)
         shim_create(&t[i], 1000 + (uint64_t)i, leak_site(1000 + (uint64_t)i), 0);
     shim_create(&t[3], 50, NULL, 1);   /* an unsampled hit: counted, not attributed */

@@ -8,7 +8,7 @@ UFFD_RUN := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(
 
 $(UFFD_BIN): test/uffd/test_uffd.c test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 TEST_BINS += $(UFFD_BIN)
 TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=uffd timeout 300 $(UFFD_BIN)"
@@ -22,7 +22,7 @@ TEST_CMDS += "test/uffd/test_uffd.sh $(BUILD) '$(PRELOAD_PREFIX)'"
 # make bench: the source's costs, with and without it (reported, never asserted).
 $(BUILD)/test/bench_uffd: test/uffd/bench_uffd.c $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
 uffd-bench: $(LIB) $(BUILD)/test/bench_uffd
 	@echo "-- kernel alone"; $(BUILD)/test/bench_uffd kernel
 	@for m in patch,preload patch,preload,uffd; do echo "-- MRCACHE_MONITOR=$$m"; \

@@ -7,7 +7,7 @@ ITREE_TEST := $(BUILD)/test/test_itree
 
 $(ITREE_TEST): test/unit/test_itree.c $(BUILD)/obj/core/itree.o src/core/itree.h test/check.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Isrc -Itest -o $@ $(filter %.c %.o,$^) $(LDFLAGS)
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Isrc -Itest -o $@ $(filter %.c %.o,$^) $(LDFLAGS)
 
 TEST_BINS += $(ITREE_TEST)
 TEST_CMDS += $(ITREE_TEST)

@@ -1,4 +1,4 @@
-# test/vm/vm.mk - `make vm-test`: the Soft-RoCE (rdma_rxe) tests in a qemu VM (issue 9).
+# test/vm/vm.mk - `make vm-test`: the Soft-RoCE (rdma_rxe) tests in a qemu VM.
 # Builds the guest test programs against the host's real libibverbs, then the VM (kernel +
 # initramfs from Debian packages, cached in $(VM_DIR)) and boots it; the guest's TAP lines
 # are counted by scripts/run-tests.sh. Not part of TEST_CMDS: CI runs it as its own target.
@@ -39,19 +39,19 @@ VM_PRELOAD_PROGS := $(sort $(foreach r,$(VM_PRELOAD_TESTS),$(firstword $(subst :
 
 $(VM_BIN)/%: test/vm/%.c test/vm/vm_verbs.h test/preload/rdma_loop.h test/check.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itest -Itest/vm -Itest/preload -o $@ $< $(LDFLAGS) -libverbs
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest -Itest/vm -Itest/preload -o $@ $< $(LDFLAGS) -libverbs
 
 # snic.h only for its declarations: common.h looks the software NIC's API up at run time,
 # and linking against the system libibverbs proves nothing calls it directly.
 $(VM_PBIN)/test_%: test/preload/test_%.c test/preload/common.h test/preload/rdma_loop.h \
                    include/mrcache.h test/check.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -libverbs -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -libverbs -ldl -lpthread
 
 $(VM_PBIN)/test_route: test/route/test_route.c test/route/ownfree.c test/route/deny.h test/preload/common.h test/preload/stale.h \
                        include/mrcache.h test/check.h $(BUILD)/test/libmrc_lazyfree.so | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -L$(BUILD)/test -lmrc_lazyfree \
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -L$(BUILD)/test -lmrc_lazyfree \
 	    -Wl,-rpath,'$$ORIGIN' -libverbs -ldl -lpthread
 
 $(VM_DEPS_STAMP):
@@ -69,6 +69,6 @@ vm-test: $(LIB) $(VM_PROGS) $(VM_PRELOAD_PROGS) $(VM_PRELOAD_FILES) $(BUILD)/dem
 	scripts/vm-build.sh -o $(VM_DIR) -l $(LIB) $(addprefix -p ,$(VM_PRELOAD_TESTS)) \
 	    $(addprefix -s ,$(VM_PRELOAD_FILES)) -c VM_MPI_EXPECT_FIXED=$(VM_MPI_EXPECT_FIXED) \
 	    $(VM_PROGS) $(BUILD)/demo/mrc_demo
-	@scripts/run-tests.sh -- "scripts/vm-run.sh -d $(VM_DIR) -t $(VM_TIMEOUT) -T '$(VM_TESTS)'"
+	@scripts/run-tests.sh $(TEST_V) -l $(VM_DIR)/logs -- "scripts/vm-run.sh -d $(VM_DIR) -t $(VM_TIMEOUT) -T '$(VM_TESTS)'"
 
 .PHONY: vm-progs
