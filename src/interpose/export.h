@@ -9,7 +9,13 @@
 #define MRC_EXPORT __attribute__((visibility("default"), aligned(16)))
 
 /* A hidden second name for an export defined in the same file: its address is our own
- * code, whatever the exported name resolves to. */
-#define MRC_OWN(name, own) \
-    extern __typeof__(name) own __attribute__((alias(#name), copy(name), visibility("hidden")))
+ * code, whatever the exported name resolves to. GCC wants the attributes glibc declares
+ * (nothrow, leaf, malloc) repeated on an alias; clang has no copy attribute and does not
+ * ask. */
+#if defined(__has_attribute) && __has_attribute(copy)
+#define MRC_ALIAS_OF(name) alias(#name), copy(name)
+#else
+#define MRC_ALIAS_OF(name) alias(#name)
+#endif
+#define MRC_OWN(name, own) extern __typeof__(name) own __attribute__((MRC_ALIAS_OF(name), visibility("hidden")))
 #endif

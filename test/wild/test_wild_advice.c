@@ -344,8 +344,10 @@ static void report_process_madvise_advice(void)
             }
             munmap(raw, 2 * huge);
         }
-        snprintf(self_ok + strlen(self_ok), sizeof(self_ok) - strlen(self_ok), result[0] ? "" : " %d", a);
-        snprintf(other_ok + strlen(other_ok), sizeof(other_ok) - strlen(other_ok), result[1] ? "" : " %d", a);
+        if (!result[0])
+            snprintf(self_ok + strlen(self_ok), sizeof(self_ok) - strlen(self_ok), " %d", a);
+        if (!result[1])
+            snprintf(other_ok + strlen(other_ok), sizeof(other_ok) - strlen(other_ok), " %d", a);
     }
     wild_note("process_madvise accepts on its own pidfd:%s", self_ok);
     wild_note("process_madvise accepts from another process:%s", other_ok);
