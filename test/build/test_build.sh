@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# test_build.sh BUILD_DIR - the Makefile's conventions: `make CFLAGS=... LDFLAGS=...`
-# keeps -std=gnu11, -D_GNU_SOURCE, -fPIC and the warnings (a real build of the library
-# at -O1 in a scratch directory); the output is one short line per step, V=1 shows the
-# commands; `make help` names targets that exist; scripts/run-tests.sh shows a passing
-# test's stderr only in its log, a failing one's on the terminal.
+# test_build.sh BUILD_DIR - the Makefile's conventions: clang builds clean;
+# `make CFLAGS=... LDFLAGS=...` keeps -std=gnu11, -D_GNU_SOURCE, -fPIC and the warnings (a
+# real build of the library at -O1 in a scratch directory); the output is one short line
+# per step, V=1 shows the commands; `make help` names targets that exist;
+# scripts/run-tests.sh shows a passing test's stderr only in its log, a failing one's on
+# the terminal.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
@@ -11,6 +12,18 @@ trap 'rm -rf "$tmp"' EXIT
 report() { if [ "$2" -eq 0 ]; then echo "ok - $1"; else echo "not ok - $1"; fi; }
 # A make of its own: not the outer make's jobserver or flags; two jobs at most.
 mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u CFLAGS -u LDFLAGS make -C "$root" --no-print-directory "$@"; }
+
+# 0. clang builds the library and the unit tests clean under -Werror (GCC is the
+#    default; the sources are C that both accept).
+if command -v clang >/dev/null; then
+    mk -j2 BUILD="$tmp/clang" CC=clang "$tmp/clang/libmrcache.so" "$tmp/clang/test/test_cache" \
+        "$tmp/clang/test/test_itree" "$tmp/clang/test/test_monitor" >"$tmp/clang.out" 2>&1
+    r=$?
+    [ $r -ne 0 ] && grep -E 'error|warning' "$tmp/clang.out" | head -5 >&2
+    report make_cc_clang_builds_clean $r
+else
+    echo "ok - make_cc_clang_builds_clean # SKIP clang is not installed"
+fi
 
 # 1. The user's flags are added to the build's, never replace them (the library needs
 #    _GNU_SOURCE for mremap's flags, -fPIC to be shared). Their -O level comes last.
