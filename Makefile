@@ -92,7 +92,7 @@ $(BUILD)/obj/%.o: src/%.c | $(DEPS_STAMP)
 	$(call say,CC,$@)$(CC) $(CFLAGS) -fvisibility=hidden -ftls-model=initial-exec -Isrc -Iinclude -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJS)
-	$(call say,LD,$@)$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,$(MRC_SONAME) -ldl -lpthread
+	$(call say,LD,$@)$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-soname,$(MRC_SONAME) -Wl,-e,mrc_main -ldl -lpthread
 
 # The software NIC's fragment first: the others use its variables.
 include test/snic/snic.mk

@@ -238,6 +238,30 @@ void mrc_config_print_help(int fd)
     }
 }
 
+void mrc_config_describe(int fd)
+{
+    char line[1024];
+    static const char head[] = "# libmrcache config 1\n";
+    mrc_write_all(fd, head, sizeof(head) - 1);
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const struct mrc_config_row *r = &rows[i];
+        const char *v = getenv(r->name);
+        /* A scratch field for the parser: every field of struct mrc_config fits in it. */
+        char scratch[sizeof(struct mrc_config)];
+        const char *source = "default", *current = r->def;
+        if (v && r->parse(v, scratch) == 0) {
+            source = "environment";
+            current = v;
+        } else if (v) {
+            source = "invalid";
+        }
+        int n = snprintf(line, sizeof(line), "%s\t%s\t%s\t%s\t%s\n", r->name, r->def, current, source, r->help);
+        if (n > (int)sizeof(line) - 1)
+            n = (int)sizeof(line) - 1;
+        mrc_write_all(fd, line, (unsigned long)n);
+    }
+}
+
 /* Whether CAP_IPC_LOCK is effective: then RLIMIT_MEMLOCK does not bound pinning. */
 static int has_ipc_lock(void)
 {

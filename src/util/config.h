@@ -39,6 +39,11 @@ void mrc_config_load(struct mrc_config *cfg);
 /* Writes the table (name, default, meaning) to fd: MRCACHE_HELP=1 and the README. */
 void mrc_config_print_help(int fd);
 
+/* Writes the table for mrcache(1) (docs/library-self-description.md): "# libmrcache
+ * config 1", then name, default, current value, source (default, environment, invalid)
+ * and meaning, tab-separated, one line per variable. */
+void mrc_config_describe(int fd);
+
 /* The default for max_bytes: RLIMIT_MEMLOCK when finite and the process cannot lock
  * memory freely, else a quarter of physical memory. */
 uint64_t mrc_config_auto_max_bytes(void);
