@@ -18,11 +18,15 @@ END='.\" END VARIABLES'
 entries() {
     # Nothing of the caller's MRCACHE_* settings may change the table's defaults.
     env -i PATH="${PATH:-/usr/bin:/bin}" LD_PRELOAD="$prefix$lib" MRCACHE_HELP=1 MRCACHE_STATS=off /bin/true 2>&1 |
-        awk '$1 ~ /^MRCACHE_[A-Z0-9_]+$/ {
-                 name = $1; def = $2; sub(/^[ \t]*[^ \t]+[ \t]+[^ \t]+[ \t]+/, "")
-                 gsub(/\\/, "\\e")
-                 printf ".TP\n.BR %s \" (default: \" \"%s\" )\n%s\n", name, def, $0; n++ }
-             END { if (!n) exit 1 }'
+        awk 'function out() {
+                 if (name == "") return
+                 gsub(/\\/, "\\e", text)
+                 printf ".TP\n.BR %s \" (default: \" \"%s\" )\n%s\n", name, def, text; n++; name = "" }
+             $1 ~ /^MRCACHE_[A-Z0-9_]+$/ {
+                 out(); name = $1; def = $2; sub(/^[ \t]*[^ \t]+[ \t]+[^ \t]+[ \t]+/, ""); text = $0; next }
+             /^[ \t]+[^ \t]/ && name != "" { sub(/^[ \t]+/, ""); text = text " " $0; next }
+             { out() }
+             END { out(); if (!n) exit 1 }'
 }
 
 out=$(entries) || { echo "gen-variables.sh: $lib printed no MRCACHE_HELP table" >&2; exit 1; }

@@ -89,6 +89,7 @@ struct mrc_cache {
     struct mrc_hint *shared;      /* hints any thread may use (cache.c); NULL until the first */
     uint32_t shared_failed;       /* their table could not be mapped: not tried again */
     uint32_t active;              /* set by the first get: until then invalidation is free */
+    uint32_t first_timed;         /* the first back-end registration's time is counted apart */
     /* Read on every call, written when invalidations defer or drains run. */
     uint64_t ndeferred MRC_LINE;
     uint64_t deferred_bytes;

@@ -26,6 +26,13 @@ struct mrc_config_row {
     size_t offset;
 };
 
+/* Help lines are wrapped to this width (the meaning starts at column 35). */
+#define HELP_WIDTH 100
+/* A refused value's warning is one line of at most this many characters: the value is
+ * quoted in what room is left, at least QUOTE_MIN of it. */
+#define WARN_WIDTH 119
+#define QUOTE_MIN 8
+
 static int parse_bool(const char *s, void *f)
 {
     if (!strcmp(s, "1") || !strcasecmp(s, "y") || !strcasecmp(s, "yes") || !strcasecmp(s, "on") ||
@@ -209,6 +216,28 @@ static const struct mrc_config_row rows[] = {
     ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
 };
 
+/* What a parser accepts, in a few words, for the one-line warning about a value it
+ * refused. */
+static const char *expected(mrc_parse_fn parse)
+{
+    static const struct { mrc_parse_fn parse; const char *what; } words[] = {
+        { parse_bool, "0 or 1" },
+        { parse_u64, "a number" },
+        { parse_positive, "a number above 0" },
+        { parse_size_or_auto, "auto or a size" },
+        { parse_remote, "exact or never" },
+        { parse_log, "error|warn|info|debug" },
+        { parse_stats, "auto|off|stderr|a file" },
+        { parse_format, "text or json" },
+        { parse_monitor, "auto or patch,preload,uffd" },
+        { parse_signal, "none or USR1|USR2|HUP..." },
+    };
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (words[i].parse == parse)
+            return words[i].what;
+    return "see MRCACHE_HELP=1";
+}
+
 void mrc_config_load(struct mrc_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -219,23 +248,58 @@ void mrc_config_load(struct mrc_config *cfg)
             MRC_ERROR("internal: bad default for %s", r->name);
         const char *v = getenv(r->name);
         if (v && r->parse(v, field) != 0) {
-            MRC_WARN("%s=\"%s\" is not valid (%s); using the default, %s", r->name, v, r->help, r->def);
+            /* "libmrcache[pid]: " and the fixed words take the rest of the line. */
+            const char *what = expected(r->parse);
+            char pid[16];
+            int rest = snprintf(pid, sizeof(pid), "%d", (int)getpid()) + 14 +
+                       (int)(strlen(r->name) + strlen(what) + strlen(r->def)) + 36;
+            int room = WARN_WIDTH - rest < QUOTE_MIN + 3 ? QUOTE_MIN : WARN_WIDTH - rest - 3;
+            int len = (int)strnlen(v, (size_t)room + 4);
+            int cut = len > room + 3;
+            MRC_WARN("%s=\"%.*s%s\" is not valid (expected %s); using %s", r->name, cut ? room : len, v,
+                     cut ? "..." : "", what, r->def);
             r->parse(r->def, field);
         }
     }
 }
 
+/* Writes "name default meaning", the meaning wrapped at spaces to HELP_WIDTH, its
+ * continuation lines indented to where it starts. */
+static void help_row(int fd, const char *name, const char *def, const char *help)
+{
+    char line[HELP_WIDTH + 2];
+    int n = snprintf(line, sizeof(line), "%-25s %-8s ", name, def);
+    if (n < 0 || n >= HELP_WIDTH)
+        n = 0;
+    size_t indent = (size_t)n, room = HELP_WIDTH - indent;
+    const char *p = help;
+    do {
+        size_t len = strlen(p), take = len;
+        if (len > room) {
+            take = room;
+            while (take > 0 && p[take] != ' ')
+                take--;
+            if (!take)
+                take = room;   /* a word longer than the line: cut it */
+        }
+        if (p != help) {
+            memset(line, ' ', indent);
+            n = (int)indent;
+        }
+        memcpy(line + n, p, take);
+        line[(size_t)n + take] = '\n';
+        mrc_write_all(fd, line, (unsigned long)n + take + 1);
+        p += take;
+        while (*p == ' ')
+            p++;
+    } while (*p);
+}
+
 void mrc_config_print_help(int fd)
 {
-    char line[512];
-    int n = snprintf(line, sizeof(line), "%-25s %-8s %s\n", "variable", "default", "meaning");
-    mrc_write_all(fd, line, (unsigned long)n);
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-        n = snprintf(line, sizeof(line), "%-25s %-8s %s\n", rows[i].name, rows[i].def, rows[i].help);
-        if (n > (int)sizeof(line) - 1)
-            n = (int)sizeof(line) - 1;
-        mrc_write_all(fd, line, (unsigned long)n);
-    }
+    help_row(fd, "variable", "default", "meaning");
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        help_row(fd, rows[i].name, rows[i].def, rows[i].help);
 }
 
 void mrc_config_describe(int fd)

@@ -30,28 +30,66 @@ __attribute__((format(printf, 2, 3))) static void put(struct buf *b, const char 
         b->n += (size_t)m < sizeof(b->d) - b->n ? (size_t)m : sizeof(b->d) - b->n - 1;
 }
 
-uint64_t mrc_report_saved_ns(const struct mrc_report *r)
+void mrc_report_reg_model(const struct mrc_report *r, double *fixed_ns, double *ns_per_byte)
 {
-    uint64_t saved = 0;
-    for (int b = 0; b < MRC_HIST_BUCKETS; b++) {
-        uint64_t hits = r->s.hist[b][MRC_HIST_HITS];
-        if (!hits)
+    const uint64_t *v = r->s.v;
+    /* The first registration left out, unless it is the only one. */
+    int skip_first = v[MRC_STAT_REAL_REGS] > 1 && v[MRC_STAT_FIRST_REG_BYTES];
+    unsigned first_bucket = mrc_hist_bucket(v[MRC_STAT_FIRST_REG_BYTES]);
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int points = 0;
+    for (unsigned k = 0; k < MRC_HIST_BUCKETS; k++) {
+        double w = (double)r->s.hist[k][MRC_HIST_REGS], ns = (double)r->s.hist[k][MRC_HIST_REG_NS];
+        double bytes = (double)r->s.hist[k][MRC_HIST_REG_BYTES];
+        if (skip_first && k == first_bucket) {
+            w -= 1;
+            ns -= (double)v[MRC_STAT_FIRST_REG_NS];
+            bytes -= (double)v[MRC_STAT_FIRST_REG_BYTES];
+        }
+        if (w <= 0 || ns < 0 || bytes <= 0)
             continue;
-        /* The nearest size class that was registered, scaled by the size ratio (merged
-         * registrations are larger than the requests they serve). */
-        for (int d = 0; d < MRC_HIST_BUCKETS; d++) {
-            int lo = b - d, hi = b + d;
-            int n = lo >= 0 && r->s.hist[lo][MRC_HIST_REGS] ? lo
-                    : (hi < MRC_HIST_BUCKETS && r->s.hist[hi][MRC_HIST_REGS] ? hi : -1);
-            if (n < 0)
-                continue;
-            double avg = (double)r->s.hist[n][MRC_HIST_REG_NS] / (double)r->s.hist[n][MRC_HIST_REGS];
-            double scale = n < b ? (double)(1ull << (b - n)) : 1.0 / (double)(1ull << (n - b));
-            saved += (uint64_t)((double)hits * avg * scale);
-            break;
+        double x = bytes / w, y = ns / w;
+        n += w;
+        sx += w * x;
+        sy += w * y;
+        sxx += w * x * x;
+        sxy += w * x * y;
+        points++;
+    }
+    double fixed = 0, per_byte = 0;
+    if (n > 0) {
+        double var = n * sxx - sx * sx;
+        fixed = sy / n;   /* one size only: its mean cost */
+        if (points > 1 && var > 0) {
+            per_byte = (n * sxy - sx * sy) / var;
+            fixed = (sy - per_byte * sx) / n;
+            if (per_byte < 0) {          /* costs falling with size: noise; a mean */
+                per_byte = 0;
+                fixed = sy / n;
+            } else if (fixed < 0) {      /* through the origin instead */
+                fixed = 0;
+                per_byte = sxy / sxx;
+            }
         }
     }
-    return saved;
+    *fixed_ns = fixed;
+    *ns_per_byte = per_byte;
+}
+
+uint64_t mrc_report_saved_ns(const struct mrc_report *r)
+{
+    double fixed, per_byte;
+    mrc_report_reg_model(r, &fixed, &per_byte);
+    double saved = 0;
+    uint64_t hits = 0;
+    for (int k = 0; k < MRC_HIST_BUCKETS; k++) {
+        hits += r->s.hist[k][MRC_HIST_HITS];
+        saved += (double)r->s.hist[k][MRC_HIST_HITS] * fixed + (double)r->s.hist[k][MRC_HIST_HIT_BYTES] * per_byte;
+    }
+    /* Each hit's release is a deregistration the NIC did not make either. */
+    if (r->s.v[MRC_STAT_REAL_DEREGS])
+        saved += (double)hits * (double)r->s.v[MRC_STAT_REAL_DEREG_NS] / (double)r->s.v[MRC_STAT_REAL_DEREGS];
+    return saved > 0 ? (uint64_t)saved : 0;
 }
 
 static double pct(uint64_t a, uint64_t b)
@@ -100,8 +138,12 @@ static void write_text(struct buf *b, const struct mrc_report *r)
     put(b, "  pinned now %llu B in %llu registrations (peak %llu B, %llu registrations)\n",
         (unsigned long long)r->g.bytes, (unsigned long long)r->g.entries, (unsigned long long)r->g.bytes_peak,
         (unsigned long long)r->g.entries_peak);
-    put(b, "  time in real registration %.3f ms, deregistration %.3f ms; estimated time saved %.3f ms\n",
-        (double)v[MRC_STAT_REAL_REG_NS] / 1e6, (double)v[MRC_STAT_REAL_DEREG_NS] / 1e6, (double)saved / 1e6);
+    double fixed, per_byte;
+    mrc_report_reg_model(r, &fixed, &per_byte);
+    put(b, "  time in real registration %.3f ms, deregistration %.3f ms; estimated time saved %.3f ms "
+           "(a registration modelled as %.1f us + %.3f ns/B)\n",
+        (double)v[MRC_STAT_REAL_REG_NS] / 1e6, (double)v[MRC_STAT_REAL_DEREG_NS] / 1e6, (double)saved / 1e6,
+        fixed / 1e3, per_byte);
     put(b, "  sizes: %-8s %10s %10s %10s %12s\n", "bucket", "requests", "hits", "regs", "avg reg us");
     for (int i = 0; i < MRC_HIST_BUCKETS; i++) {
         uint64_t req = r->s.hist[i][MRC_HIST_REQUESTS];
@@ -137,10 +179,12 @@ static void write_json(struct buf *b, const struct mrc_report *r)
     for (int i = 0; i < MRC_HIST_BUCKETS; i++) {
         if (!r->s.hist[i][MRC_HIST_REQUESTS] && !r->s.hist[i][MRC_HIST_REGS])
             continue;
-        put(b, "%s{\"max_bytes\": %llu, \"requests\": %llu, \"hits\": %llu, \"regs\": %llu, \"reg_ns\": %llu}",
+        put(b, "%s{\"max_bytes\": %llu, \"requests\": %llu, \"hits\": %llu, \"regs\": %llu, \"reg_ns\": %llu, "
+               "\"hit_bytes\": %llu, \"reg_bytes\": %llu}",
             first ? "" : ", ", i == MRC_HIST_BUCKETS - 1 ? 0ull : (unsigned long long)(4096ull << i),
             (unsigned long long)r->s.hist[i][MRC_HIST_REQUESTS], (unsigned long long)r->s.hist[i][MRC_HIST_HITS],
-            (unsigned long long)r->s.hist[i][MRC_HIST_REGS], (unsigned long long)r->s.hist[i][MRC_HIST_REG_NS]);
+            (unsigned long long)r->s.hist[i][MRC_HIST_REGS], (unsigned long long)r->s.hist[i][MRC_HIST_REG_NS],
+            (unsigned long long)r->s.hist[i][MRC_HIST_HIT_BYTES], (unsigned long long)r->s.hist[i][MRC_HIST_REG_BYTES]);
         first = 0;
     }
     put(b, "]");   /* mrc_report_ext_write adds the rest and closes the object */

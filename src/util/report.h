@@ -14,8 +14,15 @@ struct mrc_report {
     const char *monitor;          /* which unmap sources are active */
 };
 
-/* Estimated time saved: each hit costs what a registration of its size class cost here
- * on average (the nearest registered class, scaled by size, where it was never). */
+/* The cost of a registration as measured here, modelled as fixed + per_byte * bytes: a
+ * least-squares fit (neither part negative) to the registrations made, each size bucket's
+ * mean weighted by its count, the process's first registration (which pays one-time
+ * set-up) left out unless it is the only one. */
+void mrc_report_reg_model(const struct mrc_report *r, double *fixed_ns, double *ns_per_byte);
+
+/* Estimated time the hits saved: for each hit, a registration of the size it requested
+ * (the model above, not the larger registration that served it) and, at its release, a
+ * deregistration (the mean measured). */
 uint64_t mrc_report_saved_ns(const struct mrc_report *r);
 
 /* Writes the report to fd as text or JSON. 0 or -errno. */

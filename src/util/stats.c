@@ -35,6 +35,8 @@ const char *const mrc_stat_names[MRC_STAT_LAST] = {
     [MRC_STAT_UFFD_UNWATCHED] = "uffd_unwatched",
     [MRC_STAT_VERIFY_CHECKS] = "verify_checks",
     [MRC_STAT_VERIFY_STALE] = "verify_stale",
+    [MRC_STAT_FIRST_REG_NS] = "first_reg_ns",
+    [MRC_STAT_FIRST_REG_BYTES] = "first_reg_bytes",
     [MRC_STAT_INVALIDATED] = "invalidated",
     [MRC_STAT_INVAL_BASE + MRC_INVAL_MUNMAP] = "inval_munmap",
     [MRC_STAT_INVAL_BASE + MRC_INVAL_MREMAP] = "inval_mremap",
@@ -136,6 +138,7 @@ void mrc_stats_sum(struct mrc_stats_block *out)
         out->hist[i][MRC_HIST_REG_NS] = mrc_ticks_to_ns(out->hist[i][MRC_HIST_REG_NS]);
     }
     out->v[MRC_STAT_REAL_REG_NS] = mrc_ticks_to_ns(reg_ticks);
+    out->v[MRC_STAT_FIRST_REG_NS] = mrc_ticks_to_ns(out->v[MRC_STAT_FIRST_REG_NS]);
     out->v[MRC_STAT_REAL_DEREG_NS] = mrc_ticks_to_ns(out->v[MRC_STAT_REAL_DEREG_NS]);
 }
 

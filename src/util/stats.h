@@ -48,6 +48,8 @@ enum mrc_stat {
     MRC_STAT_UFFD_UNWATCHED,  /* registrations the userfaultfd could not watch (file-backed, busy, limits) */
     MRC_STAT_VERIFY_CHECKS,   /* hits checked against /proc/self/pagemap (MRCACHE_VERIFY) */
     MRC_STAT_VERIFY_STALE,    /* ... whose pinned pages were no longer the mapped ones */
+    MRC_STAT_FIRST_REG_NS,    /* the process's first back-end registration, which pays */
+    MRC_STAT_FIRST_REG_BYTES, /* one-time costs: its time (ticks until summed) and size */
     MRC_STAT_INVALIDATED,     /* entries invalidated, all causes */
     MRC_STAT_INVAL_BASE,
     MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_INVAL_LAST
@@ -58,12 +60,19 @@ enum mrc_stat {
 
 /* Registration sizes in powers of two: bucket 0 is <= 4 KiB, the last is >= 2 GiB. */
 #define MRC_HIST_BUCKETS 20
-enum mrc_hist { MRC_HIST_REQUESTS, MRC_HIST_HITS, MRC_HIST_REGS, MRC_HIST_REG_NS, MRC_HIST_LAST };
+/* Per bucket: requests and hits (by the size requested) and the bytes the hits asked for;
+ * back-end registrations, their time (ticks until summed, then ns) and bytes (by the size
+ * registered, merged and rounded). */
+enum mrc_hist {
+    MRC_HIST_REQUESTS, MRC_HIST_HITS, MRC_HIST_REGS, MRC_HIST_REG_NS, MRC_HIST_HIT_BYTES, MRC_HIST_REG_BYTES,
+    MRC_HIST_LAST
+};
+#define MRC_HIST_ROW 8   /* a bucket's row is one 64-byte line */
 
 struct mrc_stats_block {
     uint64_t v[MRC_STAT_LAST];
     /* By size, then kind: the counts one registration makes share a cache line. */
-    uint64_t hist[MRC_HIST_BUCKETS][MRC_HIST_LAST];
+    uint64_t hist[MRC_HIST_BUCKETS][MRC_HIST_ROW] __attribute__((aligned(64)));
     struct mrc_stats_block *next;   /* all blocks ever made, for summing */
     int owned;                      /* a live thread counts into it */
 };

@@ -72,7 +72,7 @@ for sh in dash bash; do
     check_err 2 "unknown option '--frobnicate'" --frobnicate true
     check_err 2 '--log needs a value' --log
     check_err 2 '--json takes no value' --json=1 true
-    check_err 2 '--log loud is not valid (log level: error, warn, info, debug)' --log loud true
+    check_err 2 '--log loud is not valid (expected error|warn|info|debug)' --log loud true
     check_err 2 "--callsites lots is not valid" --callsites lots true
     check_err 2 'MRCACHE_REMOTE=sometimes is not valid' --set REMOTE=sometimes true
     check_err 2 "--set needs NAME=VALUE" --set LOG true
