@@ -30,6 +30,7 @@
 #include "util/dumpsig.h"
 #include "util/log.h"
 #include "util/real.h"
+#include "util/thread.h"
 
 static void on_exit_handler(void)
 {
@@ -72,6 +73,13 @@ void mrc_rt_before_fork(void)
         !mrc_real.is_fork_initialized || mrc_real.is_fork_initialized() != IBV_FORK_ENABLED)
         return;
     mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
+}
+
+/* The main thread ended with pthread_exit: glibc ends the process when its last thread
+ * ends, and the helper threads must not be that thread for long. */
+static void main_left(void)
+{
+    mrc_drainer_watch();
 }
 
 /* Not the cache lock: the child re-creates the cache from its parameters alone, and glibc
@@ -213,6 +221,7 @@ void mrc_init(void)
     if (mrc_dumpsig_install(mrc_rt.cfg.dump_signal, mrc_rt_dump_now))
         MRC_WARN("MRCACHE_DUMP_SIGNAL: cannot install the handler for signal %d", mrc_rt.cfg.dump_signal);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    mrc_thread_watch_main(main_left);
     MRC_DEBUG("ready: max %llu entries, %llu bytes; monitor %s", (unsigned long long)p.max_entries,
               (unsigned long long)p.max_bytes, mrc_rt_monitor_name());
     __atomic_store_n(&mrc_rt.ready, 2, __ATOMIC_RELEASE);
