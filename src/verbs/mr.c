@@ -182,7 +182,13 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
         return 0;
     }
     if (h->entry) {
-        mrc_cache_put(v->cache, h->entry);
+        /* A registration the cache never shared (raced an unmap, MRCACHE_REMOTE=never)
+         * is deregistered now: the NIC's refusal is the caller's, as without the cache. */
+        int rc = mrc_cache_put(v->cache, h->entry);
+        if (rc) {
+            __atomic_store_n(&h->magic, HANDLE_LIVE, __ATOMIC_RELEASE);
+            return -rc;
+        }
         mrc_stat_add(MRC_STAT_RELEASES, 1);
     } else {
         int rc = mrc_real.dereg_mr(h->priv);
