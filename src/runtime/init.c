@@ -67,12 +67,17 @@ void mrc_rt_before_fork(void)
     /* In rdma-core's fork-safe mode (ibv_fork_init, RDMAV_FORK_SAFE, on kernels without
      * copy-on-fork for pinned pages) registered pages are MADV_DONTFORK: absent in the
      * child. Memory the program deregistered must be there, so idle cached MRs are
-     * deregistered first. Done before fork, not in an atfork handler, whose order
-     * against libibverbs' own handlers is not ours to choose. */
-    if (!mrc_ready() || !__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) || mrc_real_resolve_verbs() ||
-        !mrc_real.is_fork_initialized || mrc_real.is_fork_initialized() != IBV_FORK_ENABLED)
+     * deregistered first, whatever MRCACHE_FORK says. Done before fork, not in an atfork
+     * handler, whose order against libibverbs' own handlers is not ours to choose. */
+    if (!mrc_ready() || !__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) || mrc_verbs_in_reg())
         return;
-    mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
+    int saved = errno;
+    if (!mrc_real_resolve_verbs() && mrc_real.is_fork_initialized &&
+        mrc_real.is_fork_initialized() == IBV_FORK_ENABLED)
+        mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
+    else
+        mrc_rt_idle_before_fork();
+    errno = saved;
 }
 
 /* The main thread ended with pthread_exit: glibc ends the process when its last thread

@@ -176,6 +176,43 @@ static int parse_signal(const char *s, void *f)
     return 0;
 }
 
+/* What fork() does with idle cached registrations: release (0), keep (MRC_FORK_KEEP), or
+ * a size: released only when the cache holds more than that. */
+static int parse_fork(const char *s, void *f)
+{
+    if (!strcasecmp(s, "release")) {
+        *(uint64_t *)f = 0;
+        return 0;
+    }
+    if (!strcasecmp(s, "keep")) {
+        *(uint64_t *)f = MRC_FORK_KEEP;
+        return 0;
+    }
+    return parse_u64(s, f);
+}
+
+/* What a parser accepts, for the warning about a bad value: one short line. */
+static const char *expected(mrc_parse_fn parse)
+{
+    static const struct { mrc_parse_fn parse; const char *what; } words[] = {
+        { parse_bool, "0/1, no/yes, off/on, false/true" },
+        { parse_u64, "a number (K/M/G/T)" },
+        { parse_positive, "a number above 0 (K/M/G/T)" },
+        { parse_size_or_auto, "auto or a size above 0 (K/M/G/T)" },
+        { parse_remote, "exact or never" },
+        { parse_log, "error, warn, info or debug" },
+        { parse_stats, "auto, off, stderr or a file path" },
+        { parse_format, "text or json" },
+        { parse_monitor, "auto, patch, preload, uffd or none" },
+        { parse_signal, "none or a signal: USR1, HUP, ..." },
+        { parse_fork, "release, keep or a size (K/M/G/T)" },
+    };
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (words[i].parse == parse)
+            return words[i].what;
+    return "see MRCACHE_HELP=1";
+}
+
 #define ROW(n, d, h, p, field) { n, d, h, p, offsetof(struct mrc_config, field) }
 
 static const struct mrc_config_row rows[] = {
@@ -206,6 +243,8 @@ static const struct mrc_config_row rows[] = {
         parse_signal, dump_signal),
     ROW("MRCACHE_VERIFY", "0", "check hits against /proc/self/pagemap: 0 off, 1 every hit, N one hit in N; a stale registration is logged, counted and replaced (needs CAP_SYS_ADMIN to read frame numbers; without it verification is off, said once)",
         parse_u64, verify),
+    ROW("MRCACHE_FORK", "release", "what fork() does with idle cached registrations, whose pinned pages the kernel copies into the child: release (deregistered first), keep, or a size (K/M/G/T: released when the cache holds more)",
+        parse_fork, fork_keep),
     ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
 };
 
@@ -219,7 +258,8 @@ void mrc_config_load(struct mrc_config *cfg)
             MRC_ERROR("internal: bad default for %s", r->name);
         const char *v = getenv(r->name);
         if (v && r->parse(v, field) != 0) {
-            MRC_WARN("%s=\"%s\" is not valid (%s); using the default, %s", r->name, v, r->help, r->def);
+            MRC_WARN("%s=\"%.12s%s\": expected %s; default %s used", r->name, v, strlen(v) > 12 ? "..." : "",
+                     expected(r->parse), r->def);
             r->parse(r->def, field);
         }
     }
