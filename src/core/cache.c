@@ -12,6 +12,7 @@
  * the miss that finds MRC_YOUNG of them (or mrc_cache_drain) files them together;
  * every lookup, merge, unmap and removal looks at both. */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "core/cache.h"
@@ -964,6 +965,48 @@ uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entr
 {
     uint64_t refused;
     return flush(c, match, arg, &refused);
+}
+
+int mrc_cache_take(struct mrc_cache *c, struct mrc_entry *e, void **reg)
+{
+    stats_ready();
+    /* A lookup may hold e for a moment through a stale hint (it lets go at once): a
+     * few tries before saying someone else holds it. */
+    for (int tries = 0; tries < 4; tries++) {
+        pthread_mutex_lock(&c->lock);
+        settle_locked(c);   /* a parked entry is out of the tree already */
+        uint32_t in_tree = LD(&e->flags) & MRC_E_IN_TREE;
+        uint32_t want = in_tree ? 2 : 1, seen = want;   /* the tree's and ours, or ours */
+        int ok = __atomic_compare_exchange_n(&e->ref, &seen, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+        if (ok && in_tree)
+            entry_remove_locked(c, e);
+        pthread_mutex_unlock(&c->lock);
+        if (ok) {
+            /* The registration is the caller's now: no longer the cache's to count. */
+            *reg = e->reg;
+            __atomic_fetch_add(&c->reg_freed, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&c->reg_freed_bytes, mrc_entry_len(e), __ATOMIC_RELAXED);
+            ST(&e->flags, 0u);
+            mrc_pool_put(&c->entries, e);
+            return 0;
+        }
+        if (seen <= want)
+            break;
+        sched_yield();
+    }
+    return -EBUSY;
+}
+
+void mrc_cache_retire(struct mrc_cache *c, struct mrc_entry *e)
+{
+    stats_ready();
+    pthread_mutex_lock(&c->lock);
+    settle_locked(c);
+    if (LD(&e->flags) & MRC_E_IN_TREE) {
+        entry_remove_locked(c, e);
+        drop_tree_ref_locked(c, e);   /* the caller's reference keeps it alive */
+    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 void mrc_cache_forget(struct mrc_cache *c)

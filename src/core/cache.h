@@ -215,6 +215,17 @@ void mrc_cache_refill(struct mrc_cache *c);
 uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),
                          void *arg);
 
+/* Takes e, which the caller holds, out of the cache if the caller alone holds it: 0, and
+ * *reg is the back-end registration, the caller's from now on (to change or deregister
+ * itself; the cache forgets it, its gauges included, and the caller's reference is gone);
+ * -EBUSY if anyone else holds e (nothing changed). Not from a hook. */
+int mrc_cache_take(struct mrc_cache *c, struct mrc_entry *e, void **reg);
+
+/* Takes e, which the caller holds, out of the tree (if there) so that no later request
+ * is served by it; its holders keep it, and it is deregistered at the last release.
+ * Not from a hook. */
+void mrc_cache_retire(struct mrc_cache *c, struct mrc_entry *e);
+
 /* Forgets every entry without deregistering (a forked child: the MRs are the parent's). */
 void mrc_cache_forget(struct mrc_cache *c);
 

@@ -10,7 +10,8 @@
  * miss registers; a closed cache, closed while a miss registers too; deregistrations
  * the back-end refuses (kept, counted, retried by misses ever less often, by flush,
  * ENOMEM and destroy at once; a private one left with its caller); limits met as
- * registrations held past them are released. */
+ * registrations held past them are released; a registration taken out of the cache by
+ * its only holder, or retired from it while held. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -747,6 +748,66 @@ static void test_limits_met_at_release(void)
     for (int i = 0; i < 5; i++)
         mrc_cache_put(&cache, e[i]);
     CHECK(fb.live_bytes <= 3 * PG && cache.tree_bytes <= 3 * PG);
+}
+
+/* ---- a registration taken out of the cache (ibv_rereg_mr's) ---- */
+
+/* A caller alone holding an entry takes its registration: the cache forgets it (gauges
+ * included) without deregistering, and a later request registers anew; held by another
+ * too, nothing changes. Invalidated and parked entries can be taken as well. */
+static void test_take_only_when_alone(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x7000000, PG, LW), *a2 = get(&dom_a, 0x7000000, PG, LW);
+    void *reg = NULL;
+    CHECK(a2 == a && mrc_cache_take(&cache, a, &reg) == -EBUSY && !reg);
+    mrc_cache_put(&cache, a2);
+    struct fake_reg *ra = reg_of(a);
+    CHECK(mrc_cache_take(&cache, a, &reg) == 0 && reg == ra);
+    CHECK(ra->live && fb.deregs == 0);
+    struct mrc_gauges g;
+    mrc_cache_get_gauges(&cache, &g);
+    CHECK(g.entries == 0 && g.tree_entries == 0 && g.bytes == 0);
+    struct mrc_entry *again = get(&dom_a, 0x7000000, PG, LW);
+    CHECK(fb.regs == 2 && reg_of(again) != ra);
+    mrc_cache_put(&cache, again);
+    fake_dereg(&fb, reg);   /* the taker's to deregister */
+
+    struct mrc_entry *b = get(&dom_a, 0x7100000, PG, LW);        /* invalidated while held */
+    mrc_cache_invalidate(&cache, 0x7100000, PG, MRC_INVAL_MUNMAP);
+    CHECK(mrc_cache_take(&cache, b, &reg) == 0 && ((struct fake_reg *)reg)->live);
+    fake_dereg(&fb, reg);
+
+    struct mrc_entry *held = NULL;                               /* in a parked run */
+    for (uint64_t i = 0; i < 40; i++) {
+        struct mrc_entry *e = get(&dom_a, 0x7200000 + i * 2 * PG, PG, LW);
+        if (i == 20)
+            held = e;
+        else
+            mrc_cache_put(&cache, e);
+    }
+    mrc_cache_drain(&cache);
+    mrc_cache_invalidate(&cache, 0x7200000, 80 * PG, MRC_INVAL_MUNMAP);
+    CHECK(cache.nparked == 1);
+    CHECK(mrc_cache_take(&cache, held, &reg) == 0 && ((struct fake_reg *)reg)->live);
+    fake_dereg(&fb, reg);
+}
+
+/* A retired entry serves no later request; its holders keep it, and it is deregistered
+ * at the last release (a remote registration's rkey dies with its last holder). */
+static void test_retire_keeps_holders(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x7300000, PG, LW | RW), *a2 = get(&dom_a, 0x7300000, PG, LW | RW);
+    CHECK(a2 == a);
+    mrc_cache_retire(&cache, a);
+    struct mrc_entry *b = get(&dom_a, 0x7300000, PG, LW | RW);
+    CHECK(b != a && fb.regs == 2);
+    mrc_cache_put(&cache, a);
+    CHECK(reg_of(a)->live);
+    mrc_cache_put(&cache, a2);
+    CHECK(fb.deregs == 1 && fb.live == 1);
+    mrc_cache_put(&cache, b);
 }
 
 static void test_forget_never_deregisters(void)
@@ -1902,6 +1963,8 @@ int main(void)
     RUN(test_enomem_retries_the_refused);
     RUN(test_destroy_reports_the_refused);
     RUN(test_limits_met_at_release);
+    RUN(test_take_only_when_alone);
+    RUN(test_retire_keeps_holders);
     RUN(test_forget_never_deregisters);
     RUN(test_close_caches_nothing);
     RUN(test_gauges_and_stats);
