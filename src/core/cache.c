@@ -442,7 +442,7 @@ void mrc_cache_refill(struct mrc_cache *c)
  * wait set (outside any registration) young entries go into the tree too. */
 MRC_HOT static void drain(struct mrc_cache *c, int wait)
 {
-    if (!LD(&c->ndeferred) && !LD(&c->nparked) && !(wait && (LD(&c->nyoung) || LD(&c->nfailed))))
+    if (!LD(&c->ndeferred) && !LD(&c->nparked) && !(wait && LD(&c->nyoung)))
         return;
     stats_ready();
     if (wait || LD(&c->ndeferred))
@@ -450,20 +450,24 @@ MRC_HOT static void drain(struct mrc_cache *c, int wait)
     else if (pthread_mutex_trylock(&c->lock))
         return;
     settle_locked(c);
-    struct mrc_entry *failed = NULL;
-    if (wait) {
+    if (wait)
         young_flush_locked(c);
-        failed = mrc_cache_failed_take_locked(c, NULL, NULL);
-    }
     struct mrc_entry *list = take_deferred_locked(c);
     pthread_mutex_unlock(&c->lock);
     mrc_cache_dereg_list(c, list);
-    mrc_cache_failed_retry(c, failed);
 }
 
 void mrc_cache_drain(struct mrc_cache *c)
 {
+    /* The refused ones first: those refused by this drain's own deregistrations wait. */
+    struct mrc_entry *failed = NULL;
+    if (LD(&c->nfailed)) {
+        pthread_mutex_lock(&c->lock);
+        failed = mrc_cache_failed_take_locked(c, NULL, NULL);
+        pthread_mutex_unlock(&c->lock);
+    }
     drain(c, 1);
+    mrc_cache_failed_retry(c, failed);
 }
 
 /* Evicts idle entries, least recently used first, until the tree is within its limits
@@ -491,8 +495,13 @@ static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_e
         }
         e = next;
     }
-    /* Past a limit still (all in use): every release evicts until it is met. */
-    ST(&c->over_limit, (uint32_t)(c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes));
+    /* Past a limit still (all in use): every release evicts until it is met. Every entry
+     * then looks older than a quarter of the tree, so that its release reads over_limit
+     * (see evict_released); the clock only orders moves, it counts nothing. */
+    uint32_t over = c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes;
+    ST(&c->over_limit, over);
+    if (over)
+        ST(&c->lru_clock, c->lru_clock + c->tree_count + 1);
     return victims;
 }
 
@@ -869,7 +878,9 @@ __attribute__((noinline)) static int release_last(struct mrc_cache *c, struct mr
 /* A release while the tree is past a limit that the last eviction could not meet, every
  * entry then being in use: the entries released since are the only idle ones, so the
  * one just released (idle, if nobody took it again meanwhile) is the one to evict, now,
- * in O(1). Not in a hook: puts never are. */
+ * in O(1). Not in a hook: puts never are. The check costs a release nothing while within
+ * the limits: evict_locked, leaving the tree past one, also advances lru_clock past every
+ * entry's stamp, so that each release takes put's slower path, where over_limit is read. */
 __attribute__((noinline, cold)) static void evict_released(struct mrc_cache *c, struct mrc_entry *e)
 {
     struct mrc_entry *victim = NULL;
@@ -896,10 +907,6 @@ MRC_HOT int mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
     if (old == 1)
         return release_last(c, e, 1);
     if (old == 2 && (__atomic_load_n(&e->flags, __ATOMIC_RELAXED) & MRC_E_IN_TREE)) {
-        if (__builtin_expect(LD(&c->over_limit) != 0, 0)) {
-            evict_released(c, e);
-            return 0;
-        }
         /* An entry at the tail (with no earlier release of ours pending, which would move
          * past it), or among the most recently moved quarter of the LRU, stays:
          * the order among recent entries hardly matters for eviction, and skipping the
@@ -908,6 +915,10 @@ MRC_HOT int mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
         uint64_t age = LD(&c->lru_clock) - LD(&e->lru_stamp);
         if ((age == 0 && t->nbatch == 0) || age < LD(&c->tree_count) / 4)
             return 0;
+        if (__builtin_expect(LD(&c->over_limit) != 0, 0)) {   /* see evict_released */
+            evict_released(c, e);
+            return 0;
+        }
         if (t->nbatch && t->batch[t->nbatch - 1] == e)
             return 0;   /* already the newest pending move: a buffer reused in a loop */
         t->batch[t->nbatch++] = e;

@@ -95,7 +95,8 @@ struct mrc_cache {
     /* Read on every call, written when invalidations defer or drains run. */
     uint64_t ndeferred MRC_LINE;
     uint64_t deferred_bytes;
-    uint64_t lru_clock;           /* LRU moves so far: tells a put whether a move is due */
+    uint64_t lru_clock;           /* LRU moves so far (advanced past every entry while the
+                                   * tree is over a limit): tells a put whether a move is due */
     uint64_t tree_count;          /* entries in the tree, young or parked (under the lock) */
     uint32_t nparked;             /* runs in parked[] (written under the lock) */
     uint32_t over_limit;          /* the last eviction left the tree past a limit, every
