@@ -965,10 +965,13 @@ static uint64_t flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *
     mrc_cache_dereg_list(c, victims);
     /* Then the refused ones, those just refused among them: ibv_dealloc_pd and
      * ibv_close_device come here first, and must succeed once the cause is gone. */
-    pthread_mutex_lock(&c->lock);
-    struct mrc_entry *failed = mrc_cache_failed_take_locked(c, match, arg);
-    pthread_mutex_unlock(&c->lock);
-    *refused = mrc_cache_failed_retry(c, failed);
+    *refused = 0;
+    if (LD(&c->nfailed)) {
+        pthread_mutex_lock(&c->lock);
+        struct mrc_entry *failed = mrc_cache_failed_take_locked(c, match, arg);
+        pthread_mutex_unlock(&c->lock);
+        *refused = mrc_cache_failed_retry(c, failed);
+    }
     return busy + *refused;
 }
 

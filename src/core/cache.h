@@ -244,9 +244,9 @@ struct mrc_cache_leftovers {
     uint64_t entries;     /* entry objects not back in the pool, those included */
 };
 
-/* Deregisters every idle, deferred and failed entry and reports what is left. With nothing left
- * (0 returned) the cache's memory goes back to the kernel and c may be initialised
- * again; else -EBUSY, and c stays usable (its holders may still release). The calling
+/* Deregisters every idle, deferred and failed entry and reports what is left. With
+ * nothing left (0 returned) the cache's memory goes back to the kernel and c may be
+ * initialised again; else -EBUSY, and c stays usable (its holders may still release). The calling
  * thread's spare entries go back first; other threads' must have exited. Not from a
  * hook. */
 int mrc_cache_destroy(struct mrc_cache *c, struct mrc_cache_leftovers *left);

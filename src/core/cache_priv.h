@@ -1,9 +1,9 @@
 /* cache_priv.h - what the cache core's files share (cache.c: lookup, registration,
  * release, eviction; cache_inval.c: invalidation; cache_dereg.c: deregistration and the
- * failed list): relaxed accessors, the entry of a
- * tree node, the LRU and young-set steps both take, the race check of a miss against the
- * invalidations announced since it began. Not for other layers. Everything here runs
- * under the cache lock unless it says otherwise. */
+ * failed list): relaxed accessors, the entry of a tree node, the LRU and young-set steps
+ * both take, the race check of a miss against the invalidations announced since it
+ * began, the deregistration steps. Not for other layers. Everything here runs under the
+ * cache lock unless it says otherwise. */
 #ifndef MRC_CACHE_PRIV_H
 #define MRC_CACHE_PRIV_H
 
