@@ -227,9 +227,11 @@ static inline int mrcache_invalidate(const void *mrcache__addr, size_t mrcache__
 }
 
 /* Deregisters the idle cached registrations of pd (of every pd if pd is NULL) and every
- * deferred deregistration. Registrations the program still holds stay. flags must be 0.
+ * deferred deregistration, and asks again for those the NIC refused before. Registrations
+ * the program still holds stay. flags must be 0.
  * Calls into the NIC driver: not from an allocator's locked path or a signal handler.
- * Returns how many matching registrations stay because in use (>= 0, at most INT_MAX);
+ * Returns how many matching registrations stay, in use or refused by the NIC again
+ * (>= 0, at most INT_MAX);
  * -EINVAL for non-zero flags; -ENOSYS when libmrcache is not loaded. */
 static inline int mrcache_flush(struct ibv_pd *mrcache__pd, unsigned mrcache__flags)
 {

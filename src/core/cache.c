@@ -12,6 +12,7 @@
  * the miss that finds MRC_YOUNG of them (or mrc_cache_drain) files them together;
  * every lookup, merge, unmap and removal looks at both. */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "core/cache.h"
@@ -265,7 +266,7 @@ MRC_HOT static struct mrc_entry *hint_try(struct mrc_cache *c, const struct mrc_
     if (!in_parked_run(c, e) && (__atomic_load_n(&e->flags, __ATOMIC_SEQ_CST) & MRC_E_IN_TREE) &&
         entry_serves(c, e, domain, first, last, iova_off, access))
         return e;
-    mrc_cache_put(c, e);
+    mrc_cache_drop(c, e);   /* perhaps the last reference: nobody here could keep it */
     return NULL;
 }
 
@@ -374,28 +375,6 @@ MRC_HOT static void settle_locked(struct mrc_cache *c)
 
 /* ---- removal, deregistration ---- */
 
-static void entry_dereg(struct mrc_cache *c, struct mrc_entry *e)
-{
-    uint64_t len = mrc_entry_len(e);
-    uint64_t t0 = mrc_ticks();
-    c->p.ops.dereg(c->p.ops.ctx, e->reg);
-    mrc_stat_add(MRC_STAT_REAL_DEREG_NS, mrc_ticks_since(t0));
-    mrc_stat_add(MRC_STAT_REAL_DEREGS, 1);
-    __atomic_fetch_add(&c->reg_freed, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&c->reg_freed_bytes, len, __ATOMIC_RELAXED);
-    ST(&e->flags, 0u);
-    mrc_pool_put(&c->entries, e);
-}
-
-MRC_HOT static void dereg_list(struct mrc_cache *c, struct mrc_entry *list)
-{
-    while (list) {
-        struct mrc_entry *next = list->lru_next;
-        entry_dereg(c, list);
-        list = next;
-    }
-}
-
 /* Takes e out of the tree (or the young set) and the LRU (under the lock). The caller
  * then drops or owns the tree's reference. */
 MRC_HOT static void entry_remove_locked(struct mrc_cache *c, struct mrc_entry *e)
@@ -475,12 +454,20 @@ MRC_HOT static void drain(struct mrc_cache *c, int wait)
         young_flush_locked(c);
     struct mrc_entry *list = take_deferred_locked(c);
     pthread_mutex_unlock(&c->lock);
-    dereg_list(c, list);
+    mrc_cache_dereg_list(c, list);
 }
 
 void mrc_cache_drain(struct mrc_cache *c)
 {
+    /* The refused ones first: those refused by this drain's own deregistrations wait. */
+    struct mrc_entry *failed = NULL;
+    if (LD(&c->nfailed)) {
+        pthread_mutex_lock(&c->lock);
+        failed = mrc_cache_failed_take_locked(c, NULL, NULL);
+        pthread_mutex_unlock(&c->lock);
+    }
     drain(c, 1);
+    mrc_cache_failed_retry(c, failed);
 }
 
 /* Evicts idle entries, least recently used first, until the tree is within its limits
@@ -508,6 +495,13 @@ static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_e
         }
         e = next;
     }
+    /* Past a limit still (all in use): every release evicts until it is met. Every entry
+     * then looks older than a quarter of the tree, so that its release reads over_limit
+     * (see evict_released); the clock only orders moves, it counts nothing. */
+    uint32_t over = c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes;
+    ST(&c->over_limit, over);
+    if (over)
+        ST(&c->lru_clock, c->lru_clock + c->tree_count + 1);
     return victims;
 }
 
@@ -543,8 +537,10 @@ static void evict_all_idle(struct mrc_cache *c)
     pthread_mutex_lock(&c->lock);
     settle_locked(c);   /* parked runs' entries are deregistered now too */
     struct mrc_entry *victims = evict_locked(c, 1, take_deferred_locked(c));
+    struct mrc_entry *failed = mrc_cache_failed_take_locked(c, NULL, NULL);   /* they pin memory too */
     pthread_mutex_unlock(&c->lock);
-    dereg_list(c, victims);
+    mrc_cache_dereg_list(c, victims);
+    mrc_cache_failed_retry(c, failed);
 }
 
 /* Registers with one retry after evicting idle entries when the back-end is out of
@@ -784,8 +780,11 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
     uint64_t seq0 = __atomic_load_n(&c->inval_seq, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&c->misses, MRC_MISSES_BEGIN, __ATOMIC_SEQ_CST);
     struct mrc_entry *dead = take_deferred_locked(c);
+    struct mrc_entry *failed = c->failed ? mrc_cache_failed_due_locked(c) : NULL;
     pthread_mutex_unlock(&c->lock);
-    dereg_list(c, dead);
+    mrc_cache_dereg_list(c, dead);
+    if (__builtin_expect(failed != NULL, 0))
+        mrc_cache_failed_retry(c, failed);
     mrc_stat_add(MRC_STAT_MISSES, 1);
     e = entry_alloc(c, t);
     if (!e) {
@@ -856,8 +855,8 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
         victims = evict_locked(c, 0, NULL);
     dead = take_deferred_locked(c);
     pthread_mutex_unlock(&c->lock);
-    dereg_list(c, victims);
-    dereg_list(c, dead);
+    mrc_cache_dereg_list(c, victims);
+    mrc_cache_dereg_list(c, dead);
     hint_add(t, e, domain, first);
     *out = e;
     return 0;
@@ -870,14 +869,51 @@ hit:
     return 0;
 }
 
-MRC_HOT void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
+/* The last reference of an entry out of the tree: ours to deregister. A private one the
+ * back-end refuses stays the caller's if it can keep it (keep), with the error. */
+__attribute__((noinline)) static int release_last(struct mrc_cache *c, struct mrc_entry *e, int keep)
+{
+    if (!keep || !(LD(&e->flags) & MRC_E_PRIVATE)) {
+        mrc_cache_dereg_entry(c, e);
+        return 0;
+    }
+    int rc = mrc_cache_dereg_try(c, e);
+    if (rc)
+        __atomic_store_n(&e->ref, 1u, __ATOMIC_RELEASE);   /* nobody else could take it at 0 */
+    return rc;
+}
+
+/* A release while the tree is past a limit that the last eviction could not meet, every
+ * entry then being in use: the entries released since are the only idle ones, so the
+ * one just released (idle, if nobody took it again meanwhile) is the one to evict, now,
+ * in O(1). Not in a hook: puts never are. The check costs a release nothing while within
+ * the limits: evict_locked, leaving the tree past one, also advances lru_clock past every
+ * entry's stamp, so that each release takes put's slower path, where over_limit is read. */
+__attribute__((noinline, cold)) static void evict_released(struct mrc_cache *c, struct mrc_entry *e)
+{
+    struct mrc_entry *victim = NULL;
+    stats_ready();
+    pthread_mutex_lock(&c->lock);
+    settle_locked(c);   /* a parked entry is out of the tree already */
+    int over = c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes;
+    uint32_t idle = 1;
+    if (over && (LD(&e->flags) & MRC_E_IN_TREE) &&
+        __atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+        entry_remove_locked(c, e);
+        victim = e;
+        mrc_stat_add(MRC_STAT_EVICTIONS, 1);
+    }
+    ST(&c->over_limit, (uint32_t)(c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes));
+    pthread_mutex_unlock(&c->lock);
+    if (victim)
+        mrc_cache_dereg_entry(c, victim);
+}
+
+MRC_HOT int mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
 {
     uint32_t old = __atomic_fetch_sub(&e->ref, 1, __ATOMIC_SEQ_CST);
-    if (old == 1) {
-        /* The last reference of an entry out of the tree: ours to deregister. */
-        entry_dereg(c, e);
-        return;
-    }
+    if (old == 1)
+        return release_last(c, e, 1);
     if (old == 2 && (__atomic_load_n(&e->flags, __ATOMIC_RELAXED) & MRC_E_IN_TREE)) {
         /* An entry at the tail (with no earlier release of ours pending, which would move
          * past it), or among the most recently moved quarter of the LRU, stays:
@@ -886,9 +922,13 @@ MRC_HOT void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
         struct mrc_thread_state *t = thread_state(c);
         uint64_t age = LD(&c->lru_clock) - LD(&e->lru_stamp);
         if ((age == 0 && t->nbatch == 0) || age < LD(&c->tree_count) / 4)
-            return;
+            return 0;
+        if (__builtin_expect(LD(&c->over_limit) != 0, 0)) {   /* see evict_released */
+            evict_released(c, e);
+            return 0;
+        }
         if (t->nbatch && t->batch[t->nbatch - 1] == e)
-            return;     /* already the newest pending move: a buffer reused in a loop */
+            return 0;   /* already the newest pending move: a buffer reused in a loop */
         t->batch[t->nbatch++] = e;
         if (t->nbatch == BATCH) {
             pthread_mutex_lock(&c->lock);
@@ -896,9 +936,18 @@ MRC_HOT void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
             pthread_mutex_unlock(&c->lock);
         }
     }
+    return 0;
 }
 
-uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg), void *arg)
+void mrc_cache_drop(struct mrc_cache *c, struct mrc_entry *e)
+{
+    if (__atomic_fetch_sub(&e->ref, 1, __ATOMIC_SEQ_CST) == 1)
+        release_last(c, e, 0);
+}
+
+/* mrc_cache_flush, with how many of the entries that stay the back-end refused. */
+static uint64_t flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg), void *arg,
+                      uint64_t *refused)
 {
     uint64_t busy = 0;
     stats_ready();
@@ -921,8 +970,65 @@ uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entr
         e = next;
     }
     pthread_mutex_unlock(&c->lock);
-    dereg_list(c, victims);
-    return busy;
+    mrc_cache_dereg_list(c, victims);
+    /* Then the refused ones, those just refused among them: ibv_dealloc_pd and
+     * ibv_close_device come here first, and must succeed once the cause is gone. */
+    *refused = 0;
+    if (LD(&c->nfailed)) {
+        pthread_mutex_lock(&c->lock);
+        struct mrc_entry *failed = mrc_cache_failed_take_locked(c, match, arg);
+        pthread_mutex_unlock(&c->lock);
+        *refused = mrc_cache_failed_retry(c, failed);
+    }
+    return busy + *refused;
+}
+
+uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg), void *arg)
+{
+    uint64_t refused;
+    return flush(c, match, arg, &refused);
+}
+
+int mrc_cache_take(struct mrc_cache *c, struct mrc_entry *e, void **reg)
+{
+    stats_ready();
+    /* A lookup may hold e for a moment through a stale hint (it lets go at once): a
+     * few tries before saying someone else holds it. */
+    for (int tries = 0; tries < 4; tries++) {
+        pthread_mutex_lock(&c->lock);
+        settle_locked(c);   /* a parked entry is out of the tree already */
+        uint32_t in_tree = LD(&e->flags) & MRC_E_IN_TREE;
+        uint32_t want = in_tree ? 2 : 1, seen = want;   /* the tree's and ours, or ours */
+        int ok = __atomic_compare_exchange_n(&e->ref, &seen, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+        if (ok && in_tree)
+            entry_remove_locked(c, e);
+        pthread_mutex_unlock(&c->lock);
+        if (ok) {
+            /* The registration is the caller's now: no longer the cache's to count. */
+            *reg = e->reg;
+            __atomic_fetch_add(&c->reg_freed, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&c->reg_freed_bytes, mrc_entry_len(e), __ATOMIC_RELAXED);
+            ST(&e->flags, 0u);
+            mrc_pool_put(&c->entries, e);
+            return 0;
+        }
+        if (seen <= want)
+            break;
+        sched_yield();
+    }
+    return -EBUSY;
+}
+
+void mrc_cache_retire(struct mrc_cache *c, struct mrc_entry *e)
+{
+    stats_ready();
+    pthread_mutex_lock(&c->lock);
+    settle_locked(c);
+    if (LD(&e->flags) & MRC_E_IN_TREE) {
+        entry_remove_locked(c, e);
+        drop_tree_ref_locked(c, e);   /* the caller's reference keeps it alive */
+    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 void mrc_cache_forget(struct mrc_cache *c)
@@ -953,6 +1059,8 @@ void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_gauges *g)
     g->entries_peak = c->reg_count_peak;
     g->bytes = c->reg_made_bytes - LD(&c->reg_freed_bytes);
     g->bytes_peak = c->reg_bytes_peak;
+    g->failed = c->nfailed;
+    g->failed_bytes = c->failed_bytes;
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -965,13 +1073,15 @@ int mrc_cache_destroy(struct mrc_cache *c, struct mrc_cache_leftovers *left)
     t->spare_next = t->spare_end = 0;
     t->nbatch = 0;
     mrc_cache_drain(c);
-    uint64_t in_use = mrc_cache_flush(c, NULL, NULL);
+    uint64_t refused;
+    uint64_t in_use = flush(c, NULL, NULL, &refused) - refused;
     pthread_mutex_lock(&c->lock);
     uint64_t pending = c->ndeferred + c->nparked + c->nyoung;
+    left->failed = c->nfailed;
     pthread_mutex_unlock(&c->lock);
     left->in_use = in_use + pending;
     left->entries = mrc_pool_live(&c->entries);
-    if (left->in_use || left->entries)
+    if (left->in_use || left->failed || left->entries)
         return -EBUSY;
     if (c->shared)
         mrc_raw_unmap(c->shared, SHARED_BYTES);

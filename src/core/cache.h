@@ -4,7 +4,9 @@
  * Internal functions return 0 or -errno.
  * Invariants: the cache lock is never held across a back-end call or an allocation
  * through malloc; mrc_cache_invalidate never calls the back-end and, when it returns,
- * no lookup can return an entry overlapping its range. */
+ * no lookup can return an entry overlapping its range; a deregistration the back-end
+ * refuses is never forgotten: the entry stays registered and counted (the failed list)
+ * until a retry succeeds. */
 #ifndef MRC_CACHE_H
 #define MRC_CACHE_H
 
@@ -20,7 +22,8 @@ struct mrc_cache_ops {
     /* Registers [addr, addr+len) at iova with access in domain: 0 and *reg set, or -errno. */
     int (*reg)(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                uint32_t access, void **reg);
-    /* Deregisters what reg made: 0 or -errno. Never called from mrc_cache_invalidate. */
+    /* Deregisters what reg made: 0 or -errno (the registration then still stands, and
+     * is asked again later). Never called from mrc_cache_invalidate. */
     int (*dereg)(void *ctx, void *reg);
     void *ctx;
 };
@@ -93,9 +96,12 @@ struct mrc_cache {
     /* Read on every call, written when invalidations defer or drains run. */
     uint64_t ndeferred MRC_LINE;
     uint64_t deferred_bytes;
-    uint64_t lru_clock;           /* LRU moves so far: tells a put whether a move is due */
+    uint64_t lru_clock;           /* LRU moves so far (advanced past every entry while the
+                                   * tree is over a limit): tells a put whether a move is due */
     uint64_t tree_count;          /* entries in the tree, young or parked (under the lock) */
     uint32_t nparked;             /* runs in parked[] (written under the lock) */
+    uint32_t over_limit;          /* the last eviction left the tree past a limit, every
+                                   * entry in use: releases evict (under the lock) */
     /* Long runs an unmap took out of the tree and left for mrc_cache_drain: their entries
      * still look IN_TREE, so a hint reader also rejects an entry overlapping one of these
      * ranges. Written under the lock; range read without it. */
@@ -110,6 +116,14 @@ struct mrc_cache {
     struct mrc_itree tree;
     struct mrc_entry lru;         /* sentinel: lru.lru_next is least recently used */
     struct mrc_entry *deferred;   /* dead entries waiting for deregistration */
+    /* Dead entries whose deregistration the back-end refused: still registered, still
+     * in the gauges. A miss retries them all once failed_retry_at misses were made
+     * (the wait doubling up to 4096 while refusals go on); flush, drain, eviction for
+     * ENOMEM and destroy retry those they concern at once. */
+    struct mrc_entry *failed;
+    uint64_t nfailed, failed_bytes;
+    uint64_t failed_retry_at;     /* a reg_made value */
+    uint64_t failed_backoff;      /* 0 while nothing failed */
     uint64_t tree_bytes;
     uint64_t parked_bytes;        /* the parked runs' ranges, which bound what they pin */
     /* The newest entries, findable (IN_TREE, counted in tree_count, on the LRU) but not
@@ -142,8 +156,17 @@ int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p);
 int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len,
                   uint64_t iova, uint32_t access, struct mrc_entry **out);
 
-/* Releases one reference. An entry no longer in the tree is deregistered at its last. */
-void mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e);
+/* Releases one reference (not from a hook). While the tree is past a limit that its
+ * last eviction could not meet (every entry in use), the released entry, idle now, is
+ * evicted at once. An entry no longer in the tree is deregistered at its last:
+ * if the back-end refuses, a private entry (never cached: it was this caller's
+ * registration alone) stays held by the caller and the back-end's -errno is returned;
+ * any other is kept on the failed list and retried later, and 0 is returned. */
+int mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e);
+
+/* The same for a reference the caller cannot keep (it is moving on): a refused private
+ * entry is kept on the failed list too. */
+void mrc_cache_drop(struct mrc_cache *c, struct mrc_entry *e);
 
 /* Removes every entry overlapping [addr, addr+len) from the cache (the tree and the
  * young set). Safe in any hook:
@@ -174,7 +197,7 @@ void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, u
 void mrc_cache_close(struct mrc_cache *c, enum mrc_inval_cause cause);
 
 /* Finishes parked runs, puts young entries in the tree and deregisters the deferred
- * entries now. Not from a hook. */
+ * entries now, and retries the failed ones. Not from a hook. */
 void mrc_cache_drain(struct mrc_cache *c);
 
 /* Has the entry pool keep a reserve of memory touched in advance by mrc_cache_refill,
@@ -189,9 +212,21 @@ void mrc_cache_set_reserve(struct mrc_cache *c, void (*low)(void *arg), void *ar
 void mrc_cache_refill(struct mrc_cache *c);
 
 /* Deregisters the idle entries for which match(e, arg) (all if match is NULL) and the
- * deferred ones. Returns how many matching entries stay registered because in use. */
+ * deferred ones, then retries the matching failed ones. Returns how many matching
+ * entries stay registered: in use, or refused by the back-end again. */
 uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),
                          void *arg);
+
+/* Takes e, which the caller holds, out of the cache if the caller alone holds it: 0, and
+ * *reg is the back-end registration, the caller's from now on (to change or deregister
+ * itself; the cache forgets it, its gauges included, and the caller's reference is gone);
+ * -EBUSY if anyone else holds e (nothing changed). Not from a hook. */
+int mrc_cache_take(struct mrc_cache *c, struct mrc_entry *e, void **reg);
+
+/* Takes e, which the caller holds, out of the tree (if there) so that no later request
+ * is served by it; its holders keep it, and it is deregistered at the last release.
+ * Not from a hook. */
+void mrc_cache_retire(struct mrc_cache *c, struct mrc_entry *e);
 
 /* Forgets every entry without deregistering (a forked child: the MRs are the parent's). */
 void mrc_cache_forget(struct mrc_cache *c);
@@ -206,12 +241,13 @@ void mrc_cache_sink(struct mrc_cache *c, struct mrc_inval_sink *s);
 /* What mrc_cache_destroy found still there. */
 struct mrc_cache_leftovers {
     uint64_t in_use;      /* entries someone still holds (never released) */
+    uint64_t failed;      /* entries whose deregistration the back-end still refuses */
     uint64_t entries;     /* entry objects not back in the pool, those included */
 };
 
-/* Deregisters every idle and deferred entry and reports what is left. With nothing left
- * (0 returned) the cache's memory goes back to the kernel and c may be initialised
- * again; else -EBUSY, and c stays usable (its holders may still release). The calling
+/* Deregisters every idle, deferred and failed entry and reports what is left. With
+ * nothing left (0 returned) the cache's memory goes back to the kernel and c may be
+ * initialised again; else -EBUSY, and c stays usable (its holders may still release). The calling
  * thread's spare entries go back first; other threads' must have exited. Not from a
  * hook. */
 int mrc_cache_destroy(struct mrc_cache *c, struct mrc_cache_leftovers *left);

@@ -1,8 +1,9 @@
 /* cache_priv.h - what the cache core's files share (cache.c: lookup, registration,
- * release, eviction; cache_inval.c: invalidation): relaxed accessors, the entry of a
- * tree node, the LRU and young-set steps both take, the race check of a miss against the
- * invalidations announced since it began. Not for other layers. Everything here runs
- * under the cache lock unless it says otherwise. */
+ * release, eviction; cache_inval.c: invalidation; cache_dereg.c: deregistration and the
+ * failed list): relaxed accessors, the entry of a tree node, the LRU and young-set steps
+ * both take, the race check of a miss against the invalidations announced since it
+ * began, the deregistration steps. Not for other layers. Everything here runs under the
+ * cache lock unless it says otherwise. */
 #ifndef MRC_CACHE_PRIV_H
 #define MRC_CACHE_PRIV_H
 
@@ -115,5 +116,29 @@ static inline void inval_stats(uint64_t n, enum mrc_inval_cause cause)
     mrc_stat_add((enum mrc_stat)(MRC_STAT_INVAL_BASE + cause), n);
 }
 
+/* ---- deregistration (cache_dereg.c; never under the lock, never in a hook) ---- */
+
+/* Deregisters a dead entry (ref 0, out of the tree) and returns it to the pool: 0, or
+ * the back-end's -errno, counted, and the entry is left as it was. */
+int mrc_cache_dereg_try(struct mrc_cache *c, struct mrc_entry *e);
+
+/* The same, a refused entry kept on the failed list (it takes the lock for that). */
+void mrc_cache_dereg_entry(struct mrc_cache *c, struct mrc_entry *e);
+
+/* mrc_cache_dereg_entry for each entry of a list linked through lru_next. */
+void mrc_cache_dereg_list(struct mrc_cache *c, struct mrc_entry *list);
+
+/* Under the lock: takes the failed entries for which match(e, arg) (all with match NULL)
+ * off the list, for mrc_cache_failed_retry once the lock is let go. */
+struct mrc_entry *mrc_cache_failed_take_locked(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),
+                                               void *arg);
+
+/* Under the lock, for a miss: all of them if the wait since the last retry is over
+ * (the wait doubles each time, up to 4096 misses), else NULL. */
+struct mrc_entry *mrc_cache_failed_due_locked(struct mrc_cache *c);
+
+/* Deregisters a taken list; those refused again go back on the failed list. Returns
+ * how many did. */
+uint64_t mrc_cache_failed_retry(struct mrc_cache *c, struct mrc_entry *list);
 
 #endif

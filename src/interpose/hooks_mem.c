@@ -1,4 +1,5 @@
-/* hooks_mem.c - the exported munmap family; each forwards to monitor/unmap.c. Before
+/* hooks_mem.c - the exported munmap family; each forwards to monitor/unmap.c (a
+ * MADV_COLLAPSE first lets the runtime release idle registrations over its range). Before
  * the real functions are known (a call during our own symbol lookup) the kernel is
  * asked directly (syscall(2), which sets errno itself), so nothing here can recurse or
  * fail for want of a pointer. */
@@ -13,7 +14,12 @@
 #include "interpose/export.h"
 #include "interpose/hooks.h"
 #include "monitor/unmap.h"
+#include "runtime/runtime.h"
 #include "util/real.h"
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25   /* Linux 6.1; older headers lack it */
+#endif
 
 MRC_EXPORT int munmap(void *addr, size_t len)
 {
@@ -54,6 +60,8 @@ MRC_EXPORT int madvise(void *addr, size_t len, int advice)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.madvise)
         return (int)syscall(SYS_madvise, addr, len, advice);
+    if (__builtin_expect(advice == MADV_COLLAPSE, 0))
+        mrc_rt_before_collapse(addr, len);   /* pinned idle pages would refuse it */
     return mrc_on_madvise(addr, len, advice);
 }
 

@@ -1,6 +1,7 @@
-/* hooks_process.c - the exported fork: deregisters idle cached MRs first when rdma-core
- * is in fork-safe mode (see mrc_rt_before_fork), then forks. posix_spawn and system do not
- * come here: they exec at once, so what the child inherits does not matter. */
+/* hooks_process.c - the exported fork: deregisters idle cached MRs first, as
+ * MRCACHE_FORK says or rdma-core's fork-safe mode needs (see mrc_rt_before_fork), then
+ * forks. posix_spawn and system do not come here: they exec at once, so what the child
+ * inherits does not matter; _Fork, clone and syscall(SYS_fork) do not either. */
 #include <errno.h>
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -9,8 +9,11 @@
  * kept), or with none while it polls: after a refill it looks again every POLL_NS for a
  * while (POLLS times without work), since a futex wake costs the waker ~30 us here and
  * a stream of misses asks for a refill every 1024 misses; blocks every signal, so the
- * program's handlers never run on it; absent in a forked child until its first
- * registration. */
+ * program's handlers never run on it; never keeps the process alive: once the main
+ * thread has left with pthread_exit it looks every WATCH_NS whether the program's
+ * threads are all gone, and then returns (glibc ends the process with exit(0) when its
+ * last thread ends); until then it sleeps without a timeout; absent in a forked child
+ * until its first registration. */
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -33,11 +36,23 @@
 
 #define POLL_NS 2000000      /* a chunk (512 entries) lasts at least 2 ms of misses */
 #define POLLS 50             /* then, 100 ms without work, back to sleeping until woken */
+/* Once the main thread has left: how often to look whether any thread of the program is
+ * left. The process outlives its last thread by at most this; the look is one load. */
+#define WATCH_NS 20000000
 
 static uint32_t wake_word;
 static int polling;          /* the thread looks at wake_word by itself: no wake needed */
 static int started;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The program's threads are all gone: the reserves go (nobody refills them now), and
+ * so does this thread, after which glibc exits, here or on the last other helper. */
+static void leave(void)
+{
+    mrc_cache_set_reserve(&mrc_rt.cache, NULL, NULL);
+    mrc_verbs_set_reserve(&mrc_rt.verbs, NULL, NULL);
+    mrc_thread_leave();
+}
 
 static void *drainer_main(void *arg)
 {
@@ -63,7 +78,16 @@ static void *drainer_main(void *arg)
              * waker that saw 'polling' set had already set its bit, which that test
              * sees; one that comes later sees 'polling' clear and wakes us. */
             __atomic_store_n(&polling, 0, __ATOMIC_SEQ_CST);
-            syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+            if (!mrc_thread_main_left()) {
+                syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+                continue;
+            }
+            if (mrc_thread_only_helpers()) {
+                leave();
+                return NULL;
+            }
+            struct timespec watch = { 0, WATCH_NS };
+            syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, &watch, NULL, 0);
         }
         if (w & WAKE_REFILL) {
             __atomic_store_n(&polling, 1, __ATOMIC_SEQ_CST);
@@ -120,6 +144,11 @@ void mrc_drainer_refill(void *arg)
 {
     (void)arg;
     wake(WAKE_REFILL);
+}
+
+void mrc_drainer_watch(void)
+{
+    wake(0);   /* no work: it looks at the threads left, and keeps looking */
 }
 
 void mrc_drainer_forget(void)

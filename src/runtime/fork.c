@@ -5,6 +5,7 @@
  * before anything else, exactly as the atfork child handler does.
  * Invariants: a child never uses or deregisters a registration its parent made; the
  * mark is non-zero in the process that set it up and in a child that has forgotten. */
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -38,12 +39,17 @@ void mrc_rt_before_fork(void)
     /* In rdma-core's fork-safe mode (ibv_fork_init, RDMAV_FORK_SAFE, on kernels without
      * copy-on-fork for pinned pages) registered pages are MADV_DONTFORK: absent in the
      * child. Memory the program deregistered must be there, so idle cached MRs are
-     * deregistered first. Done before fork, not in an atfork handler, whose order
-     * against libibverbs' own handlers is not ours to choose. */
-    if (!mrc_ready() || !__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) || mrc_real_resolve_verbs() ||
-        !mrc_real.is_fork_initialized || mrc_real.is_fork_initialized() != IBV_FORK_ENABLED)
+     * deregistered first, whatever MRCACHE_FORK says. Done before fork, not in an atfork
+     * handler, whose order against libibverbs' own handlers is not ours to choose. */
+    if (!mrc_ready() || !__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) || mrc_verbs_in_reg())
         return;
-    mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
+    int saved = errno;
+    if (!mrc_real_resolve_verbs() && mrc_real.is_fork_initialized &&
+        mrc_real.is_fork_initialized() == IBV_FORK_ENABLED)
+        mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
+    else
+        mrc_rt_idle_before_fork();
+    errno = saved;
 }
 
 /* Not the cache lock: the child re-creates the cache from its parameters alone, and glibc

@@ -88,8 +88,10 @@ MRC_HOT int mrc_rt_dereg_mr(struct ibv_mr *mr)
 
 int mrc_rt_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len, int access)
 {
-    if (!mr || mrc_real_verbs())
+    if (mrc_real_verbs() || !mrc_real.rereg_mr) {
+        errno = ENOSYS;
         return IBV_REREG_MR_ERR_INPUT;
+    }
     if (mrc_ready())
         mrc_rt_fork_check();
     return mrc_verbs_rereg_mr(mrc_ready() ? &mrc_rt.verbs : NULL, mr, flags, pd, addr, len, access);

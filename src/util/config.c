@@ -183,6 +183,21 @@ static int parse_signal(const char *s, void *f)
     return 0;
 }
 
+/* What fork() does with idle cached registrations: release (0), keep (MRC_FORK_KEEP), or
+ * a size: released only when the cache holds more than that. */
+static int parse_fork(const char *s, void *f)
+{
+    if (!strcasecmp(s, "release")) {
+        *(uint64_t *)f = 0;
+        return 0;
+    }
+    if (!strcasecmp(s, "keep")) {
+        *(uint64_t *)f = MRC_FORK_KEEP;
+        return 0;
+    }
+    return parse_u64(s, f);
+}
+
 #define ROW(n, d, h, p, field) { n, d, h, p, offsetof(struct mrc_config, field) }
 
 static const struct mrc_config_row rows[] = {
@@ -213,6 +228,8 @@ static const struct mrc_config_row rows[] = {
         parse_signal, dump_signal),
     ROW("MRCACHE_VERIFY", "0", "check hits against /proc/self/pagemap: 0 off, 1 every hit, N one hit in N; a stale registration is logged, counted and replaced (needs CAP_SYS_ADMIN to read frame numbers; without it verification is off, said once)",
         parse_u64, verify),
+    ROW("MRCACHE_FORK", "release", "what fork() does with idle cached registrations, whose pinned pages the kernel copies into the child: release (deregistered first), keep, or a size (K/M/G/T: released when the cache holds more)",
+        parse_fork, fork_keep),
     ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
 };
 
@@ -231,6 +248,7 @@ static const char *expected(mrc_parse_fn parse)
         { parse_format, "text or json" },
         { parse_monitor, "auto or patch,preload,uffd" },
         { parse_signal, "none or USR1|USR2|HUP..." },
+        { parse_fork, "release, keep or a size" },
     };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
         if (words[i].parse == parse)

@@ -26,7 +26,11 @@ struct mrc_config {
     uint64_t callsite_sample;   /* hits captured 1 in about K */
     int dump_signal;            /* signal that asks for a dump; 0 = none */
     uint64_t verify;            /* check 1 hit in N against /proc/self/pagemap; 0 = off */
+    uint64_t fork_keep;         /* MRCACHE_FORK: cached bytes kept across fork (0 release,
+                                 * MRC_FORK_KEEP: keep all) */
 };
+
+#define MRC_FORK_KEEP UINT64_MAX
 
 #define MRC_MONITOR_PRELOAD 1   /* the munmap-family and allocator hooks */
 #define MRC_MONITOR_PATCH 2     /* libc's entry points patched */

@@ -45,6 +45,9 @@ struct mrc_real_fns {
     int (*dealloc_pd)(struct ibv_pd *);
     int (*close_device)(struct ibv_context *);
     int (*is_fork_initialized)(void);   /* enum ibv_fork_status; NULL before rdma-core 35 */
+    /* glibc's count of its threads (GLIBC_PRIVATE data, what libthread_db reads; the
+     * process ends when it reaches 0), or NULL with another libc. */
+    const unsigned *nptl_nthreads;
 };
 
 extern struct mrc_real_fns mrc_real;

@@ -138,6 +138,13 @@ static void write_text(struct buf *b, const struct mrc_report *r)
     put(b, "  pinned now %llu B in %llu registrations (peak %llu B, %llu registrations)\n",
         (unsigned long long)r->g.bytes, (unsigned long long)r->g.entries, (unsigned long long)r->g.bytes_peak,
         (unsigned long long)r->g.entries_peak);
+    if (r->g.failed)
+        put(b, "  deregistrations the NIC refused %llu; %llu registrations (%llu B) still refused, kept and retried\n",
+            (unsigned long long)v[MRC_STAT_DEREG_FAILURES], (unsigned long long)r->g.failed,
+            (unsigned long long)r->g.failed_bytes);
+    else if (v[MRC_STAT_DEREG_FAILURES])
+        put(b, "  deregistrations the NIC refused %llu; all went through when retried\n",
+            (unsigned long long)v[MRC_STAT_DEREG_FAILURES]);
     double fixed, per_byte;
     mrc_report_reg_model(r, &fixed, &per_byte);
     put(b, "  time in real registration %.3f ms, deregistration %.3f ms; estimated time saved %.3f ms "
@@ -170,10 +177,12 @@ static void write_json(struct buf *b, const struct mrc_report *r)
     put(b, "},\n \"hit_rate\": %.4f, \"saved_ns\": %llu,\n", pct(v[MRC_STAT_HITS], v[MRC_STAT_REQUESTS]) / 100,
         (unsigned long long)mrc_report_saved_ns(r));
     put(b, " \"gauges\": {\"pinned_bytes\": %llu, \"pinned_bytes_peak\": %llu, \"registrations\": %llu, "
-           "\"registrations_peak\": %llu, \"cached_entries\": %llu, \"cached_bytes\": %llu, \"deferred\": %llu},\n",
+           "\"registrations_peak\": %llu, \"cached_entries\": %llu, \"cached_bytes\": %llu, \"deferred\": %llu, "
+           "\"failed\": %llu, \"failed_bytes\": %llu},\n",
         (unsigned long long)r->g.bytes, (unsigned long long)r->g.bytes_peak, (unsigned long long)r->g.entries,
         (unsigned long long)r->g.entries_peak, (unsigned long long)r->g.tree_entries,
-        (unsigned long long)r->g.tree_bytes, (unsigned long long)r->g.deferred);
+        (unsigned long long)r->g.tree_bytes, (unsigned long long)r->g.deferred, (unsigned long long)r->g.failed,
+        (unsigned long long)r->g.failed_bytes);
     put(b, " \"sizes\": [");
     int first = 1;
     for (int i = 0; i < MRC_HIST_BUCKETS; i++) {

@@ -21,6 +21,7 @@ const char *const mrc_stat_names[MRC_STAT_LAST] = {
     [MRC_STAT_REG_FAILURES] = "reg_failures",
     [MRC_STAT_REAL_REGS] = "real_regs",
     [MRC_STAT_REAL_DEREGS] = "real_deregs",
+    [MRC_STAT_DEREG_FAILURES] = "dereg_failures",
     [MRC_STAT_DEFERRED] = "deferred_deregs",
     [MRC_STAT_RACED] = "raced_misses",
     [MRC_STAT_REAL_REG_NS] = "real_reg_ns",

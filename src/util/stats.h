@@ -34,6 +34,7 @@ enum mrc_stat {
     MRC_STAT_REG_FAILURES,    /* registrations that failed even after retrying */
     MRC_STAT_REAL_REGS,       /* calls to the back-end's registration (*) */
     MRC_STAT_REAL_DEREGS,     /* calls to the back-end's deregistration */
+    MRC_STAT_DEREG_FAILURES,  /* ... that it refused (the registration stays, retried later) */
     MRC_STAT_DEFERRED,        /* deregistrations deferred out of an unmap hook */
     MRC_STAT_RACED,           /* misses whose range was invalidated while registering */
     MRC_STAT_REAL_REG_NS,     /* time spent in back-end registration (*) */
@@ -120,12 +121,13 @@ static inline void mrc_hist_add(enum mrc_hist h, uint64_t len, uint64_t n)
     __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 
-/* The cache's gauges, a snapshot: back-end registrations alive (in the tree, in use or
- * deferred) now and at their peak, in count and bytes; those in the tree; those whose
- * deregistration is deferred. */
+/* The cache's gauges, a snapshot: back-end registrations alive (in the tree, in use,
+ * deferred or refused) now and at their peak, in count and bytes; those in the tree;
+ * those whose deregistration is deferred; those whose deregistration the back-end
+ * refused (kept, retried). */
 struct mrc_gauges {
     uint64_t entries, entries_peak, bytes, bytes_peak, tree_entries, tree_bytes,
-             deferred, deferred_bytes;
+             deferred, deferred_bytes, failed, failed_bytes;
 };
 
 /* Sums every thread's block into out (a snapshot; concurrent counts may or may not be in). */

@@ -1,5 +1,7 @@
-/* thread.c - starts libmrcache's helper threads (see thread.h for their invariants), and
- * tells whether the process runs a single thread. */
+/* thread.c - starts libmrcache's helper threads and counts them, tells when only they
+ * are left (see thread.h), and whether the process runs a single thread. Invariants: the
+ * count rises only once a helper exists (pthread_create returned), so it never makes a
+ * program thread look absent; nothing here allocates after start-up. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -8,7 +10,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "util/real.h"
 #include "util/thread.h"
+
+static unsigned helpers;            /* helpers running (started, not yet leaving) */
+static int main_left = 1;           /* 1 until mrc_thread_watch_main watches a thread */
+static void (*on_main_left)(void);
+static pthread_key_t main_key;
 
 int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name)
 {
@@ -24,9 +32,91 @@ int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name)
     int rc = pthread_create(&t, &attr, fn, arg);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc == 0)
+    if (rc == 0) {
+        __atomic_add_fetch(&helpers, 1, __ATOMIC_SEQ_CST);
         pthread_setname_np(t, name);
+    }
     return rc;
+}
+
+void mrc_thread_leave(void)
+{
+    __atomic_sub_fetch(&helpers, 1, __ATOMIC_SEQ_CST);
+}
+
+/* /proc/self/stat's state (the main thread's: 'Z' once it ended with pthread_exit, while
+ * it still counts among the threads) and num_threads (field 20). 0, or -1. */
+static int proc_stat_threads(char *state, long *threads)
+{
+    char buf[1024];
+    int fd = (int)syscall(SYS_open, "/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    long n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+    syscall(SYS_close, fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');   /* the command name may hold spaces and parentheses */
+    if (!p || p[1] != ' ' || !p[2])
+        return -1;
+    *state = p[2];
+    p += 3;
+    for (int field = 4; field <= 20; field++) {
+        p = strchr(p, ' ');
+        if (!p)
+            return -1;
+        p++;
+    }
+    *threads = strtol(p, NULL, 10);
+    return 0;
+}
+
+int mrc_thread_only_helpers(void)
+{
+    long mine = __atomic_load_n(&helpers, __ATOMIC_SEQ_CST);
+    if (mrc_real.nptl_nthreads)
+        return (long)__atomic_load_n(mrc_real.nptl_nthreads, __ATOMIC_SEQ_CST) <= mine;
+    char state;
+    long threads;
+    if (proc_stat_threads(&state, &threads))
+        return 0;
+    return threads - (state == 'Z') <= mine;
+}
+
+static void main_key_gone(void *arg)
+{
+    (void)arg;
+    __atomic_store_n(&main_left, 1, __ATOMIC_SEQ_CST);
+    if (on_main_left)
+        on_main_left();
+}
+
+static void child_reset(void)
+{
+    /* The forking thread is the child's only one, and no helper came along. */
+    __atomic_store_n(&helpers, 0u, __ATOMIC_RELAXED);
+    if (pthread_setspecific(main_key, &main_key) == 0)
+        __atomic_store_n(&main_left, 0, __ATOMIC_RELAXED);
+}
+
+void mrc_thread_watch_main(void (*left)(void))
+{
+    on_main_left = left;
+    /* The destructor runs for this thread only once it holds a value: at its
+     * pthread_exit, not at the process's exit. */
+    if (pthread_key_create(&main_key, main_key_gone) != 0)
+        return;
+    pthread_atfork(NULL, NULL, child_reset);
+    if (syscall(SYS_gettid) != getpid())
+        return;   /* not the main thread: helpers look by themselves */
+    if (pthread_setspecific(main_key, &main_key) == 0)
+        __atomic_store_n(&main_left, 0, __ATOMIC_SEQ_CST);
+}
+
+int mrc_thread_main_left(void)
+{
+    return __atomic_load_n(&main_left, __ATOMIC_SEQ_CST);
 }
 
 int mrc_thread_single(void)

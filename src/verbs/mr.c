@@ -182,7 +182,13 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
         return 0;
     }
     if (h->entry) {
-        mrc_cache_put(v->cache, h->entry);
+        /* A registration the cache never shared (raced an unmap, MRCACHE_REMOTE=never)
+         * is deregistered now: the NIC's refusal is the caller's, as without the cache. */
+        int rc = mrc_cache_put(v->cache, h->entry);
+        if (rc) {
+            __atomic_store_n(&h->magic, HANDLE_LIVE, __ATOMIC_RELEASE);
+            return -rc;
+        }
         mrc_stat_add(MRC_STAT_RELEASES, 1);
     } else {
         int rc = mrc_real.dereg_mr(h->priv);
@@ -196,47 +202,111 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
     return 0;
 }
 
-static void copy_mr_fields(struct mrc_handle *h, const struct ibv_mr *real)
+/* The handle after a rereg of its own MR (real): the keys and pd as the MR has them now;
+ * its range only if a new translation took (the MR may be a cached registration the
+ * handle took over, wider than what its caller registered). */
+static void rereg_done(struct mrc_handle *h, const struct ibv_mr *real, int flags, int rc, int access)
 {
     h->mr.context = real->context;
     h->mr.pd = real->pd;
-    h->mr.addr = real->addr;
-    h->mr.length = real->length;
     h->mr.handle = real->handle;
     h->mr.lkey = real->lkey;
     h->mr.rkey = real->rkey;
+    if (rc != 0 && rc != IBV_REREG_MR_ERR_DO_FORK_OLD)   /* the MR changed only with these */
+        return;
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+        h->mr.addr = real->addr;
+        h->mr.length = real->length;
+        h->iova = (uintptr_t)real->addr;
+    }
+    if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+        h->access = (uint32_t)access;
+}
+
+/* ibv_rereg_mr of a handle over a cached registration. Alone holding it, the handle
+ * takes the registration out of the cache and it is changed in place: libibverbs' own
+ * semantics (the same MR, its old pages even if the memory was unmapped or replaced
+ * since, its keys changed as the driver changes them). Unless that would let a peer
+ * reach more than the caller registered (the registration was rounded out or merged,
+ * and the new rights are remote without a new translation), or others hold it: then
+ * the handle gets a registration of its own, the new translation or its own range
+ * again (which pins the pages mapped there now, and fails where nothing is), and the
+ * rereg applies to that; a shared registration with remote rights leaves the cache,
+ * so that its rkey dies with its last holder. */
+static int rereg_cached(struct mrc_verbs *v, struct mrc_handle *h, int flags, struct ibv_pd *pd, void *addr,
+                        size_t len, int access)
+{
+    struct mrc_entry *e = h->entry;
+    struct ibv_mr *real = e->reg;
+    if (!flags)
+        return mrc_real.rereg_mr(real, flags, pd, addr, len, access);   /* refused before any change */
+    int trans = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+    uint32_t remote = mrc_verbs_remote_mask(), entry_access = e->access;
+    uint32_t new_access = flags & IBV_REREG_MR_CHANGE_ACCESS ? (uint32_t)access : h->access;
+    int exact = mrc_entry_start(e) == (uintptr_t)h->mr.addr && mrc_entry_len(e) == h->mr.length &&
+                e->iova_off == (int64_t)(h->iova - (uintptr_t)h->mr.addr);
+    void *taken;
+    if ((exact || trans || !(new_access & remote)) && mrc_cache_take(v->cache, e, &taken) == 0) {
+        h->entry = NULL;
+        h->priv = taken;
+        /* An entry with more local rights than asked for served this handle: the MR
+         * gets exactly the caller's rights, as its own registration had. */
+        int f = flags, acc = access;
+        if (entry_access != h->access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) {
+            f |= IBV_REREG_MR_CHANGE_ACCESS;
+            acc = (int)h->access;
+        }
+        int rc = mrc_real.rereg_mr(h->priv, f, pd, addr, len, acc);
+        rereg_done(h, h->priv, f, rc, acc);
+        return rc;
+    }
+    struct ibv_mr *priv = trans ? mrc_real.reg_mr_iova2(h->mr.pd, addr, len, (uintptr_t)addr, h->access)
+                                : mrc_real.reg_mr_iova2(h->mr.pd, h->mr.addr, h->mr.length, h->iova, h->access);
+    if (!priv)
+        return IBV_REREG_MR_ERR_CMD;   /* errno: the NIC's */
+    int rest = flags & ~IBV_REREG_MR_CHANGE_TRANSLATION;
+    int rc = rest ? mrc_real.rereg_mr(priv, rest, pd, NULL, 0, access) : 0;
+    int saved = errno;
+    if (rc) {
+        mrc_real.dereg_mr(priv);
+        errno = saved;
+        return rc;
+    }
+    if (entry_access & remote)
+        mrc_cache_retire(v->cache, e);
+    mrc_cache_drop(v->cache, e);
+    h->entry = NULL;
+    h->priv = priv;
+    rereg_done(h, priv, flags, 0, access);
+    errno = saved;
+    return 0;
 }
 
 int mrc_verbs_rereg_mr(struct mrc_verbs *v, struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len,
                        int access)
 {
-    if (!mrc_real.rereg_mr)
+    if (!mr) {
+        errno = EINVAL;
         return IBV_REREG_MR_ERR_INPUT;
+    }
     struct mrc_handle *h = handle_of(v, mr);
     if (!h)
         return mrc_real.rereg_mr(mr, flags, pd, addr, len, access);
-    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE || h->fork_gen != *v->fork_gen)
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE || h->fork_gen != *v->fork_gen) {
+        errno = EINVAL;   /* deregistered, or our parent's */
         return IBV_REREG_MR_ERR_INPUT;
-    if (h->entry) {
-        /* A cached registration is shared: changing it would change every other
-         * holder's MR. The handle gets a registration of its own first, exactly what
-         * its caller asked for, and the rereg applies to that one. */
-        struct ibv_mr *priv = mrc_real.reg_mr_iova2(h->mr.pd, h->mr.addr, h->mr.length, h->iova, h->access);
-        if (!priv)
-            return IBV_REREG_MR_ERR_CMD;
-        int rc = mrc_real.rereg_mr(priv, flags, pd, addr, len, access);
-        if (rc) {
-            mrc_real.dereg_mr(priv);
-            return rc;
-        }
-        mrc_cache_put(v->cache, h->entry);
-        h->entry = NULL;
-        h->priv = priv;
-        copy_mr_fields(h, priv);
-        return 0;
     }
+    /* libibverbs' own checks, before the driver is asked: done here first, so that a bad
+     * call changes nothing of ours either. */
+    if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !len)) ||
+        (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+        errno = EINVAL;
+        return IBV_REREG_MR_ERR_INPUT;
+    }
+    if (h->entry)
+        return rereg_cached(v, h, flags, pd, addr, len, access);
     int rc = mrc_real.rereg_mr(h->priv, flags, pd, addr, len, access);
-    copy_mr_fields(h, h->priv);
+    rereg_done(h, h->priv, flags, rc, access);
     return rc;
 }
 

@@ -416,7 +416,7 @@ int mrc_verify_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t le
         goto done;
     struct mrc_entry *e = *out;
     mrc_cache_invalidate(c, mrc_entry_start(e), mrc_entry_len(e), MRC_INVAL_API);
-    mrc_cache_put(c, e);
+    mrc_cache_drop(c, e);
     /* No entry older than that invalidation can be found now, and a miss registering
      * across it is never cached: whatever this returns pinned the pages mapped now. */
     rc = mrc_cache_get(c, domain, addr, len, iova, access, out);

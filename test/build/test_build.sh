@@ -16,7 +16,7 @@ mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u CFLAGS -u LDFLAGS make -C "$ro
 # 0. clang builds the library and the unit tests clean under -Werror (GCC is the
 #    default; the sources are C that both accept).
 if command -v clang >/dev/null; then
-    mk -j2 BUILD="$tmp/clang" CC=clang "$tmp/clang/libmrcache.so" "$tmp/clang/test/test_cache" \
+    mk -j2 BUILD="$tmp/clang" CC=clang SAN= "$tmp/clang/libmrcache.so" "$tmp/clang/test/test_cache" \
         "$tmp/clang/test/test_itree" "$tmp/clang/test/test_monitor" >"$tmp/clang.out" 2>&1
     r=$?
     [ $r -ne 0 ] && grep -E 'error|warning' "$tmp/clang.out" | head -5 >&2

@@ -1,6 +1,7 @@
 /* fake_backend.h - a counting back-end for the cache core's tests: every registration
- * is a heap record; a byte limit makes it fail with ENOMEM like RLIMIT_MEMLOCK; a flag
- * catches back-end calls made while a test says none may happen (inside a "hook").
+ * is a heap record; a byte limit makes it fail with ENOMEM like RLIMIT_MEMLOCK; it can
+ * refuse deregistrations (EBUSY, as with a memory window bound); a flag catches back-end
+ * calls made while a test says none may happen (inside a "hook").
  * Records are never freed, so a double deregistration is detected, not undefined. */
 #ifndef MRC_TEST_FAKE_BACKEND_H
 #define MRC_TEST_FAKE_BACKEND_H
@@ -24,6 +25,9 @@ struct fake_backend {
     int forbidden;                 /* a back-end call now is a test failure */
     uint64_t forbidden_calls;
     int fail_errno;                /* next registrations fail with this, while non-zero */
+    int dereg_fail_errno;          /* deregistrations fail with this (the MR stays) ... */
+    uint64_t dereg_fail_left;      /* ... this many more times (UINT64_MAX: until cleared) */
+    uint64_t dereg_refused;        /* deregistrations refused so far */
 };
 
 static int fake_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
@@ -67,6 +71,14 @@ static int fake_dereg(void *ctx, void *reg)
     if (!r->live) {
         /* A double deregistration: make it impossible to miss. */
         f->forbidden_calls += 1000;
+    }
+    if (f->dereg_fail_errno && f->dereg_fail_left) {
+        int e = f->dereg_fail_errno;
+        if (f->dereg_fail_left != UINT64_MAX && !--f->dereg_fail_left)
+            f->dereg_fail_errno = 0;
+        f->dereg_refused++;
+        pthread_mutex_unlock(&f->lock);
+        return -e;
     }
     r->live = 0;
     f->deregs++;

@@ -7,7 +7,11 @@
  * overlapping a range whose invalidation has returned; runs parked by an unmap (never
  * served by a hint, walked in the hook once every slot is taken, settled by flush,
  * eviction and an ENOMEM retry, counted toward the deferred bound); an unmap while a
- * miss registers; a closed cache, closed while a miss registers too. */
+ * miss registers; a closed cache, closed while a miss registers too; deregistrations
+ * the back-end refuses (kept, counted, retried by misses ever less often, by flush,
+ * ENOMEM and destroy at once; a private one left with its caller); limits met as
+ * registrations held past them are released; a registration taken out of the cache by
+ * its only holder, or retired from it while held. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -582,6 +586,228 @@ static void test_flush_by_domain(void)
     CHECK(fb.live == 1);                    /* dom_b untouched */
     mrc_cache_flush(&cache, NULL, NULL);
     CHECK(fb.live == 0);
+}
+
+/* ---- deregistrations the back-end refuses ---- */
+
+static uint64_t stat_now(enum mrc_stat which)
+{
+    struct mrc_stats_block b;
+    mrc_stats_sum(&b);
+    return b.v[which];
+}
+
+static void refuse_deregs(int err, uint64_t times)
+{
+    fb.dereg_fail_errno = err;
+    fb.dereg_fail_left = times;
+}
+
+/* An invalidated entry whose deregistration is refused stays registered: counted in the
+ * gauges (as pinned, and as failed) and as a failure, out of the tree, never handed out;
+ * a miss after the next registration retries it. */
+static void test_refused_dereg_kept_and_retried_by_a_miss(void)
+{
+    setup();
+    mrc_stats_reset();
+    mrc_cache_put(&cache, get(&dom_a, 0x3000000, 2 * PG, LW));
+    refuse_deregs(EBUSY, 1);
+    mrc_cache_invalidate(&cache, 0x3000000, 2 * PG, MRC_INVAL_MUNMAP);
+    mrc_cache_drain(&cache);
+    CHECK(fb.dereg_refused == 1 && fb.live == 1);
+    struct mrc_gauges g;
+    mrc_cache_get_gauges(&cache, &g);
+    CHECKF(g.entries == 1 && g.bytes == 2 * PG && g.failed == 1 && g.failed_bytes == 2 * PG && g.tree_entries == 0,
+           "%llu registrations, %llu bytes, %llu failed", (unsigned long long)g.entries,
+           (unsigned long long)g.bytes, (unsigned long long)g.failed);
+    CHECK(stat_now(MRC_STAT_DEREG_FAILURES) == 1);
+    struct mrc_entry *e = get(&dom_a, 0x3000000, 2 * PG, LW);   /* a miss, never the refused one */
+    CHECK(fb.regs == 2 && fb.live == 2);
+    struct mrc_entry *f = get(&dom_b, 0x3100000, PG, LW);       /* the retry */
+    CHECK(fb.live == 2 && reg_of(e)->live && reg_of(f)->live);
+    mrc_cache_get_gauges(&cache, &g);
+    CHECK(g.failed == 0 && g.entries == 2 && g.bytes == 3 * PG);
+    mrc_cache_put(&cache, e);
+    mrc_cache_put(&cache, f);
+}
+
+/* A back-end that goes on refusing is asked by misses ever less often (the wait between
+ * two retries doubles), by flush at once; once it accepts, the entry goes. */
+static void test_refused_dereg_asked_less_often_by_misses(void)
+{
+    setup();
+    mrc_cache_put(&cache, get(&dom_a, 0x3200000, PG, LW));
+    refuse_deregs(EIO, UINT64_MAX);
+    mrc_cache_invalidate(&cache, 0x3200000, PG, MRC_INVAL_MUNMAP);
+    mrc_cache_drain(&cache);
+    CHECK(fb.dereg_refused == 1);
+    for (uint64_t i = 0; i < 200; i++)
+        mrc_cache_put(&cache, get(&dom_b, 0x4000000 + i * 2 * PG, PG, LW));
+    CHECKF(fb.dereg_refused >= 2 && fb.dereg_refused <= 12, "asked %llu times over 200 misses",
+           (unsigned long long)fb.dereg_refused);
+    uint64_t before = fb.dereg_refused;
+    CHECK(mrc_cache_flush(&cache, match_domain, &dom_a) == 1);   /* refused again: it stays */
+    CHECK(fb.dereg_refused == before + 1 && fb.live == 201);
+    refuse_deregs(0, 0);
+    CHECK(mrc_cache_flush(&cache, match_domain, &dom_a) == 0);
+    CHECK(fb.live == 200);
+}
+
+/* A flush of one domain (ibv_dealloc_pd's) asks again right away for its own refused
+ * entries, those it was just refused among them, and for no other domain's. */
+static void test_flush_retries_the_refused_of_its_domain(void)
+{
+    setup();
+    mrc_cache_put(&cache, get(&dom_a, 0x3300000, PG, LW));
+    mrc_cache_put(&cache, get(&dom_b, 0x3400000, PG, LW));
+    refuse_deregs(EBUSY, 2);
+    CHECK(mrc_cache_flush(&cache, match_domain, &dom_a) == 1);   /* refused, and refused again */
+    CHECK(mrc_cache_flush(&cache, match_domain, &dom_b) == 0);
+    CHECK(fb.live == 1);
+    refuse_deregs(EBUSY, 1);
+    CHECK(mrc_cache_flush(&cache, match_domain, &dom_a) == 1);   /* an old refusal: asked once */
+    CHECK(mrc_cache_flush(&cache, match_domain, &dom_a) == 0);
+    CHECK(fb.live == 0 && fb.dereg_refused == 3);
+}
+
+/* A private registration (never cached, here MRC_REMOTE_NEVER) is its caller's alone:
+ * the back-end's refusal is the caller's answer and it still holds the entry; released
+ * by a caller that cannot keep it, a refused one waits on the failed list. */
+static void test_private_refused_stays_with_its_caller(void)
+{
+    setup_with(1000, 1ull << 40, MRC_REMOTE_NEVER);
+    struct mrc_entry *e = get(&dom_a, 0x3500000, PG, LW | RW);
+    refuse_deregs(EBUSY, 1);
+    CHECK(mrc_cache_put(&cache, e) == -EBUSY);
+    CHECK(reg_of(e)->live && e->ref == 1);
+    CHECK(mrc_cache_put(&cache, e) == 0);
+    CHECK(fb.live == 0);
+    e = get(&dom_a, 0x3500000, PG, LW | RW);
+    refuse_deregs(EBUSY, 1);
+    mrc_cache_drop(&cache, e);
+    struct mrc_gauges g;
+    mrc_cache_get_gauges(&cache, &g);
+    CHECK(g.failed == 1 && fb.live == 1);
+    CHECK(mrc_cache_flush(&cache, NULL, NULL) == 0 && fb.live == 0);
+}
+
+/* Out of pinnable memory, the refused entries are asked again with the idle ones. */
+static void test_enomem_retries_the_refused(void)
+{
+    setup();
+    fb.limit_bytes = 2 * PG;
+    mrc_cache_put(&cache, get(&dom_a, 0x3600000, 2 * PG, LW));
+    refuse_deregs(EBUSY, 1);
+    mrc_cache_invalidate(&cache, 0x3600000, 2 * PG, MRC_INVAL_MUNMAP);
+    mrc_cache_drain(&cache);
+    CHECK(fb.live == 1);
+    struct mrc_entry *e = get(&dom_a, 0x3700000, PG, LW);
+    CHECK(e && fb.live == 1 && fb.live_bytes == PG);
+    mrc_cache_put(&cache, e);
+}
+
+/* destroy says what the back-end still refuses, and the cache stays usable until then. */
+static void test_destroy_reports_the_refused(void)
+{
+    setup();
+    mrc_cache_put(&cache, get(&dom_a, 0x3800000, PG, LW));
+    refuse_deregs(EIO, UINT64_MAX);
+    struct mrc_cache_leftovers left;
+    CHECK(mrc_cache_destroy(&cache, &left) == -EBUSY);
+    CHECKF(left.failed == 1 && left.in_use == 0 && left.entries == 1, "%llu failed, %llu held, %llu objects out",
+           (unsigned long long)left.failed, (unsigned long long)left.in_use, (unsigned long long)left.entries);
+    CHECK(fb.live == 1);
+    refuse_deregs(0, 0);   /* cache_end destroys it for good */
+}
+
+/* Registrations held past the limits are evicted as they are released, without waiting
+ * for a miss; the last ones released stay, within the limits. */
+static void test_limits_met_at_release(void)
+{
+    setup_with(4, 1ull << 40, MRC_REMOTE_EXACT);
+    struct mrc_entry *e[10];
+    struct fake_reg *r[10];
+    for (int i = 0; i < 10; i++) {
+        e[i] = get(&dom_a, 0x5000000 + (uint64_t)i * 0x10000, PG, LW);
+        r[i] = reg_of(e[i]);
+    }
+    CHECK(fb.live == 10 && cache.over_limit);   /* all in use: nothing could go */
+    for (int i = 0; i < 10; i++)
+        mrc_cache_put(&cache, e[i]);
+    CHECKF(fb.live == 4 && cache.tree_count == 4, "%llu registered after the releases",
+           (unsigned long long)fb.live);
+    CHECK(!cache.over_limit);
+    for (int i = 6; i < 10; i++)
+        CHECK(r[i]->live);
+    mrc_cache_put(&cache, get(&dom_a, 0x5090000, PG, LW));      /* still a hit */
+    CHECK(fb.regs == 10);
+
+    setup_with(1000, 3 * PG, MRC_REMOTE_EXACT);
+    for (int i = 0; i < 5; i++)
+        e[i] = get(&dom_a, 0x6000000 + (uint64_t)i * 0x10000, PG, LW);
+    for (int i = 0; i < 5; i++)
+        mrc_cache_put(&cache, e[i]);
+    CHECK(fb.live_bytes <= 3 * PG && cache.tree_bytes <= 3 * PG);
+}
+
+/* ---- a registration taken out of the cache (ibv_rereg_mr's) ---- */
+
+/* A caller alone holding an entry takes its registration: the cache forgets it (gauges
+ * included) without deregistering, and a later request registers anew; held by another
+ * too, nothing changes. Invalidated and parked entries can be taken as well. */
+static void test_take_only_when_alone(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x7000000, PG, LW), *a2 = get(&dom_a, 0x7000000, PG, LW);
+    void *reg = NULL;
+    CHECK(a2 == a && mrc_cache_take(&cache, a, &reg) == -EBUSY && !reg);
+    mrc_cache_put(&cache, a2);
+    struct fake_reg *ra = reg_of(a);
+    CHECK(mrc_cache_take(&cache, a, &reg) == 0 && reg == ra);
+    CHECK(ra->live && fb.deregs == 0);
+    struct mrc_gauges g;
+    mrc_cache_get_gauges(&cache, &g);
+    CHECK(g.entries == 0 && g.tree_entries == 0 && g.bytes == 0);
+    struct mrc_entry *again = get(&dom_a, 0x7000000, PG, LW);
+    CHECK(fb.regs == 2 && reg_of(again) != ra);
+    mrc_cache_put(&cache, again);
+    fake_dereg(&fb, reg);   /* the taker's to deregister */
+
+    struct mrc_entry *b = get(&dom_a, 0x7100000, PG, LW);        /* invalidated while held */
+    mrc_cache_invalidate(&cache, 0x7100000, PG, MRC_INVAL_MUNMAP);
+    CHECK(mrc_cache_take(&cache, b, &reg) == 0 && ((struct fake_reg *)reg)->live);
+    fake_dereg(&fb, reg);
+
+    struct mrc_entry *held = NULL;                               /* in a parked run */
+    for (uint64_t i = 0; i < 40; i++) {
+        struct mrc_entry *e = get(&dom_a, 0x7200000 + i * 2 * PG, PG, LW);
+        if (i == 20)
+            held = e;
+        else
+            mrc_cache_put(&cache, e);
+    }
+    mrc_cache_drain(&cache);
+    mrc_cache_invalidate(&cache, 0x7200000, 80 * PG, MRC_INVAL_MUNMAP);
+    CHECK(cache.nparked == 1);
+    CHECK(mrc_cache_take(&cache, held, &reg) == 0 && ((struct fake_reg *)reg)->live);
+    fake_dereg(&fb, reg);
+}
+
+/* A retired entry serves no later request; its holders keep it, and it is deregistered
+ * at the last release (a remote registration's rkey dies with its last holder). */
+static void test_retire_keeps_holders(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x7300000, PG, LW | RW), *a2 = get(&dom_a, 0x7300000, PG, LW | RW);
+    CHECK(a2 == a);
+    mrc_cache_retire(&cache, a);
+    struct mrc_entry *b = get(&dom_a, 0x7300000, PG, LW | RW);
+    CHECK(b != a && fb.regs == 2);
+    mrc_cache_put(&cache, a);
+    CHECK(reg_of(a)->live);
+    mrc_cache_put(&cache, a2);
+    CHECK(fb.deregs == 1 && fb.live == 1);
+    mrc_cache_put(&cache, b);
 }
 
 static void test_forget_never_deregisters(void)
@@ -1730,6 +1956,15 @@ int main(void)
     RUN(test_deferred_bound_calls_for_help);
     RUN(test_parked_bound_calls_for_help);
     RUN(test_flush_by_domain);
+    RUN(test_refused_dereg_kept_and_retried_by_a_miss);
+    RUN(test_refused_dereg_asked_less_often_by_misses);
+    RUN(test_flush_retries_the_refused_of_its_domain);
+    RUN(test_private_refused_stays_with_its_caller);
+    RUN(test_enomem_retries_the_refused);
+    RUN(test_destroy_reports_the_refused);
+    RUN(test_limits_met_at_release);
+    RUN(test_take_only_when_alone);
+    RUN(test_retire_keeps_holders);
     RUN(test_forget_never_deregisters);
     RUN(test_close_caches_nothing);
     RUN(test_gauges_and_stats);
