@@ -3,11 +3,17 @@
 # libmrcache preloaded, and prints both throughputs, the speed-up and the statistics.
 # Uses a real RDMA device when the system's libibverbs sees one; otherwise the software
 # NIC, with a NIC's registration cost modelled (16 us + 0.06 ns/B, UCX's figures).
-# Usage: demo.sh [BUILD_DIR] [MESSAGE_BYTES] [MESSAGES]
+# Usage: demo.sh [BUILD_DIR] [MESSAGE_BYTES] [MESSAGES] (a number first is MESSAGE_BYTES)
 set -euo pipefail
+case ${1:-} in
+[0-9]*) set -- build "$@" ;;
+esac
 B=$(cd "${1:-build}" && pwd)
 SIZE=${2:-65536}
 COUNT=${3:-20000}
+case $SIZE$COUNT in
+*[!0-9]*) echo "usage: scripts/demo.sh [BUILD_DIR] [MESSAGE_BYTES] [MESSAGES]" >&2; exit 2 ;;
+esac
 DEMO=$B/demo/mrc_demo
 envs=()
 if command -v ibv_devices >/dev/null && [ "$(ibv_devices 2>/dev/null | tail -n +3 | wc -l)" -gt 0 ]; then
@@ -30,8 +36,8 @@ done
 median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 a=$(median "${plain_rates[@]}")
 b=$(median "${cached_rates[@]}")
-echo "without libmrcache: $plain"
-echo "with libmrcache:    $cached"
-echo "median of 3 alternated rounds: ${a} messages/s without, ${b} with"
+echo "without libmrcache: ${plain_rates[*]} messages/s in 3 rounds"
+echo "with libmrcache:    ${cached_rates[*]} messages/s, alternated with those"
+echo "medians: ${a} messages/s without, ${b} with (the last round's output: ${cached#*: })"
 awk -v a="$a" -v b="$b" 'BEGIN { printf "speed-up: %.1fx\n", b / a }'
 cat "$B/demo/stats.txt"

@@ -1,4 +1,4 @@
-/* bench.c - the workloads of `make bench` (issue 6), one per command, written once over
+/* bench.c - the workloads of `make bench`, one per command, written once over
  * the registration interface of sys_verbs.h (systems (a) no cache and (b) libmrcache,
  * one binary run with and without LD_PRELOAD) or sys_ucx.h (system (c), UCX's rcache).
  * Prints "key value" lines; run-bench.sh alternates the processes, bench_report.c turns

@@ -1,4 +1,4 @@
-/* stats_shim.c - exports the issue-7 modules (call sites, leaks, output paths, dump
+/* stats_shim.c - exports the statistics modules (call sites, leaks, output paths, dump
  * signal), which are hidden in libmrcache.so, from a small test library, so that a test
  * program calls them from its own object: as libmrcache's leading frames are skipped,
  * the test's functions are the captured call sites. Nothing here has logic. */

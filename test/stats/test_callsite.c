@@ -1,4 +1,4 @@
-/* test_callsite.c - the issue-7 modules on their own (through stats_shim.so, so that
+/* test_callsite.c - the statistics modules on their own (through stats_shim.so, so that
  * this program's functions are the call sites): output patterns and safe creation, the
  * dump signal, call-site attribution and sampling, leak accounting, the JSON section
  * (validated by python3), fork, and the cost of a capture (printed as "# " lines). */

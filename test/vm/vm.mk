@@ -66,6 +66,8 @@ $(VM_BIN)/vm_mpi: test/vm/vm_mpi.c include/mrcache.h | $(DEPS_STAMP) $(VM_DEPS_S
 vm-progs: $(VM_PROGS) $(VM_PRELOAD_PROGS) $(VM_PRELOAD_FILES)
 
 vm-test: $(LIB) $(VM_PROGS) $(VM_PRELOAD_PROGS) $(VM_PRELOAD_FILES) $(BUILD)/demo/mrc_demo
+	@echo "vm-test: the VM is built in $(VM_DIR) from Debian packages (scripts/install-deps.sh --vm installs" \
+	    "what is missing; Debian's kernel package is downloaded once), then booted with qemu"
 	scripts/vm-build.sh -o $(VM_DIR) -l $(LIB) $(addprefix -p ,$(VM_PRELOAD_TESTS)) \
 	    $(addprefix -s ,$(VM_PRELOAD_FILES)) -c VM_MPI_EXPECT_FIXED=$(VM_MPI_EXPECT_FIXED) \
 	    $(VM_PROGS) $(BUILD)/demo/mrc_demo
