@@ -1,4 +1,5 @@
-/* hooks_mem.c - the exported munmap family; each forwards to monitor/unmap.c. Before
+/* hooks_mem.c - the exported munmap family and the calls that discard or replace pages
+ * in place (process_madvise, remap_file_pages); each forwards to monitor/unmap.c. Before
  * the real functions are known (a call during our own symbol lookup) the kernel is
  * asked directly (syscall(2), which sets errno itself), so nothing here can recurse or
  * fail for want of a pointer. */
@@ -8,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "interpose/export.h"
@@ -16,9 +18,10 @@
 
 MRC_EXPORT int munmap(void *addr, size_t len)
 {
-    /* The fast path while nothing was ever registered: three loads, a branch, a tail call. */
+    /* The fast path while nothing was ever registered and no special mapping exists: a
+     * few loads, a branch, a tail call. */
     int (*real)(void *, size_t) = __atomic_load_n(&mrc_real.munmap, __ATOMIC_RELAXED);
-    if (__builtin_expect(real && !mrc_sink_armed(&mrc_monitor.sink), 1))
+    if (__builtin_expect(real && !mrc_monitor_busy(), 1))
         return real(addr, len);
     if (!mrc_real_ensure_libc() || !mrc_real.munmap)
         return (int)syscall(SYS_munmap, addr, len);
@@ -28,7 +31,7 @@ MRC_EXPORT int munmap(void *addr, size_t len)
 MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     void *(*real)(void *, size_t, int, int, int, off_t) = __atomic_load_n(&mrc_real.mmap, __ATOMIC_RELAXED);
-    if (__builtin_expect(real && !mrc_sink_armed(&mrc_monitor.sink), 1))
+    if (__builtin_expect(real && !mrc_mmap_special(flags) && !mrc_monitor_busy(), 1))
         return real(addr, len, prot, flags, fd, off);
     if (!mrc_real_ensure_libc() || !mrc_real.mmap)
         return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
@@ -54,6 +57,20 @@ MRC_EXPORT int madvise(void *addr, size_t len, int advice)
     if (!mrc_real_ensure_libc() || !mrc_real.madvise)
         return (int)syscall(SYS_madvise, addr, len, advice);
     return mrc_on_madvise(addr, len, advice);
+}
+
+MRC_EXPORT ssize_t process_madvise(int pidfd, const struct iovec *iov, size_t n, int advice, unsigned flags)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.process_madvise)
+        return syscall(SYS_process_madvise, pidfd, iov, n, advice, flags);
+    return mrc_on_process_madvise(pidfd, iov, n, advice, flags);
+}
+
+MRC_EXPORT int remap_file_pages(void *addr, size_t size, int prot, size_t pgoff, int flags)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.remap_file_pages)
+        return (int)syscall(SYS_remap_file_pages, addr, size, prot, pgoff, flags);
+    return mrc_on_remap_file_pages(addr, size, prot, pgoff, flags);
 }
 
 MRC_EXPORT void *shmat(int id, const void *addr, int flags)

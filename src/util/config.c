@@ -24,6 +24,7 @@ struct mrc_config_row {
     const char *help;
     mrc_parse_fn parse;
     size_t offset;
+    const char *valid;      /* what a bad value's warning says is valid; NULL: the help */
 };
 
 static int parse_bool(const char *s, void *f)
@@ -92,24 +93,33 @@ static int parse_size_or_auto(const char *s, void *f)
     return parse_positive(s, f);
 }
 
-static int parse_remote(const char *s, void *f)
+/* One of n words into an int field: its index, which is the value of the enum the
+ * names are listed in the order of. */
+static int parse_word(const char *s, const char *const *names, int n, void *f)
 {
-    static const char *const names[] = { "exact", "never" };
-    int i = word_index(s, names, 2);
+    int i = word_index(s, names, n);
     if (i < 0)
         return -1;
-    *(int *)f = i ? MRC_CFG_REMOTE_NEVER : MRC_CFG_REMOTE_EXACT;
+    *(int *)f = i;
     return 0;
+}
+
+static int parse_remote(const char *s, void *f)
+{
+    static const char *const names[] = { "exact", "never" };   /* enum mrc_cfg_remote */
+    return parse_word(s, names, 2, f);
+}
+
+static int parse_shared(const char *s, void *f)
+{
+    static const char *const names[] = { "register", "cache" };   /* enum mrc_cfg_shared */
+    return parse_word(s, names, 2, f);
 }
 
 static int parse_log(const char *s, void *f)
 {
     static const char *const names[] = { "error", "warn", "info", "debug" };   /* enum mrc_log_level */
-    int i = word_index(s, names, 4);
-    if (i < 0)
-        return -1;
-    *(int *)f = i;
-    return 0;
+    return parse_word(s, names, 4, f);
 }
 
 /* A yes/no word is a switch, never a file name: MRCACHE_STATS=1 or =on would otherwise
@@ -128,12 +138,8 @@ static int parse_stats(const char *s, void *f)
 
 static int parse_format(const char *s, void *f)
 {
-    static const char *const names[] = { "text", "json" };
-    int i = word_index(s, names, 2);
-    if (i < 0)
-        return -1;
-    *(int *)f = i ? MRC_STATS_JSON : MRC_STATS_TEXT;
-    return 0;
+    static const char *const names[] = { "text", "json" };   /* enum mrc_stats_format */
+    return parse_word(s, names, 2, f);
 }
 
 /* A list of sources separated by commas or '+' (the spelling the statistics use):
@@ -176,7 +182,8 @@ static int parse_signal(const char *s, void *f)
     return 0;
 }
 
-#define ROW(n, d, h, p, field) { n, d, h, p, offsetof(struct mrc_config, field) }
+#define ROW(n, d, h, p, field) { n, d, h, p, offsetof(struct mrc_config, field), NULL }
+#define ROWV(n, d, h, valid, p, field) { n, d, h, p, offsetof(struct mrc_config, field), valid }
 
 static const struct mrc_config_row rows[] = {
     ROW("MRCACHE_ENABLE", "1", "0 makes every call pass straight through to libibverbs", parse_bool, enable),
@@ -188,6 +195,8 @@ static const struct mrc_config_row rows[] = {
         parse_positive, max_deferred_bytes),
     ROW("MRCACHE_REMOTE", "exact", "remote-access registrations: exact (cached, reused only for the same range and rights) or never (deregistered at ibv_dereg_mr, rkey revoked)",
         parse_remote, remote_policy),
+    ROWV("MRCACHE_SHARED", "register", "registrations over memory another process can change (MAP_SHARED files, shm, memfd, shared anonymous): register (for their caller alone, not cached) or cache (cached: only if no other process truncates, punches or MADV_REMOVEs it)",
+         "register or cache", parse_shared, shared_policy),
     ROW("MRCACHE_LOG", "warn", "log level: error, warn, info, debug", parse_log, log_level),
     ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off (or 0, no, false), stderr (or 1, on, yes, true), or a file path where %p is the pid, %h the host, %r the rank (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID), %% a literal %",
         parse_stats, stats),
@@ -219,7 +228,8 @@ void mrc_config_load(struct mrc_config *cfg)
             MRC_ERROR("internal: bad default for %s", r->name);
         const char *v = getenv(r->name);
         if (v && r->parse(v, field) != 0) {
-            MRC_WARN("%s=\"%s\" is not valid (%s); using the default, %s", r->name, v, r->help, r->def);
+            MRC_WARN("%s=\"%s\" is not valid (%s); using the default, %s", r->name, v, r->valid ? r->valid : r->help,
+                     r->def);
             r->parse(r->def, field);
         }
     }

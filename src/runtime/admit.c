@@ -1,0 +1,18 @@
+/* admit.c - which misses the cache may keep: under MRCACHE_SHARED=register (the default)
+ * a registration over memory another process can change (the registry's shared records:
+ * MAP_SHARED files, System V and POSIX shm, memfd, shared anonymous memory) is its
+ * caller's alone, since no hook of ours sees that process truncate or discard it.
+ * Invariant: asked only while the registry says an admission must look (one load on a
+ * miss otherwise), without the cache lock. */
+#include "monitor/maps.h"
+#include "runtime/state.h"
+#include "util/stats.h"
+
+int mrc_rt_admit(void *arg, uint64_t first, uint64_t last)
+{
+    (void)arg;
+    if (!mrc_maps_admit(first, last))
+        return 0;
+    mrc_stat_add(MRC_STAT_UNCACHED_SHARED, 1);
+    return 1;
+}
