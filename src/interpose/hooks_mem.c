@@ -16,6 +16,22 @@
 #include "monitor/unmap.h"
 #include "util/real.h"
 
+/* The slow paths apart, so that the fast ones are a test and a tail call: with them
+ * inline the compiler saves every argument register first, on every call. */
+__attribute__((noinline)) static int munmap_watched(void *addr, size_t len)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.munmap)
+        return (int)syscall(SYS_munmap, addr, len);
+    return mrc_on_munmap(addr, len);
+}
+
+__attribute__((noinline)) static void *mmap_watched(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.mmap)
+        return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+    return mrc_on_mmap(addr, len, prot, flags, fd, off);
+}
+
 MRC_EXPORT int munmap(void *addr, size_t len)
 {
     /* The fast path while nothing was ever registered and no special mapping exists: a
@@ -23,9 +39,7 @@ MRC_EXPORT int munmap(void *addr, size_t len)
     int (*real)(void *, size_t) = __atomic_load_n(&mrc_real.munmap, __ATOMIC_RELAXED);
     if (__builtin_expect(real && !mrc_monitor_busy(), 1))
         return real(addr, len);
-    if (!mrc_real_ensure_libc() || !mrc_real.munmap)
-        return (int)syscall(SYS_munmap, addr, len);
-    return mrc_on_munmap(addr, len);
+    return munmap_watched(addr, len);
 }
 
 MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
@@ -33,9 +47,7 @@ MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
     void *(*real)(void *, size_t, int, int, int, off_t) = __atomic_load_n(&mrc_real.mmap, __ATOMIC_RELAXED);
     if (__builtin_expect(real && !mrc_mmap_special(flags) && !mrc_monitor_busy(), 1))
         return real(addr, len, prot, flags, fd, off);
-    if (!mrc_real_ensure_libc() || !mrc_real.mmap)
-        return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-    return mrc_on_mmap(addr, len, prot, flags, fd, off);
+    return mmap_watched(addr, len, prot, flags, fd, off);
 }
 
 MRC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)

@@ -1,9 +1,9 @@
 /* files.c - truncation and fallocate as memory events (files.h): the file's identity
- * (fstat/stat), the bytes the call drops, every MARKED mapping of them from the registry
- * announced before the call, and after it again (mrc_sink_done), with any mapping marked
- * meanwhile announced then (a registration that marked one while the call ran either
+ * (fstat/stat), the bytes the call drops, every mapping of them from the registry
+ * announced before the call, and after it again (mrc_sink_done), all of them announced
+ * then if files_cached was set while the call ran (a registration that set it either
  * pinned the new pages or sees the announcement in its race check).
- * Invariants: while nothing is marked a call costs a load before and a load after; only
+ * Invariants: until files_cached a call costs a load before and a load after; only
  * regular files have mappings whose pages a registration pins; errno is the real call's. */
 #include <errno.h>
 #include <fcntl.h>

@@ -3,8 +3,8 @@
  * fallocate's punching, collapsing, inserting and zeroing. Every mapping of the bytes
  * that go, found in the registry (maps.h) by the file's identity, is published to the
  * sink before the call and after it. A hook brackets the real call it was asked for with
- * mrc_file_begin_* and mrc_file_done. Invariants: while no registration may lie over a
- * file's mapping (no record MARKED), a call costs one load before it and one after;
+ * mrc_file_begin_* and mrc_file_done. Invariants: until a registration is cached over a
+ * file's mapping (mrc_maps.files_cached), a call costs one load before it and one after;
  * nothing here allocates; errno is the real call's. */
 #ifndef MRC_FILES_H
 #define MRC_FILES_H
@@ -29,7 +29,7 @@ struct mrc_file_op {
 /* Whether a truncation must look at all: a registration may lie over a file's mapping. */
 static inline int mrc_files_watching(void)
 {
-    return __atomic_load_n(&mrc_maps.nmarked, __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n(&mrc_maps.files_cached, __ATOMIC_SEQ_CST) != 0;
 }
 
 /* Before a call that truncates the file at path (relative to dirfd; the last link not

@@ -25,7 +25,7 @@
 #define HUGETLBFS_MAGIC 0x958458f6
 #define LOST_BIAS (1u << 30)     /* added to the counters once lost: they never reach 0 again */
 
-struct mrc_maps_words mrc_maps;
+struct mrc_maps_words mrc_maps = { .lo = UINT64_MAX };
 
 /* ---- records ---- */
 
@@ -46,8 +46,11 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t base = 4096;
 static int shared_cached;
 
-#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+/* Acquire loads and release stores throughout (plain moves on x86): a reader's loads of
+ * a record then happen before its second look at the sequence, and a writer's stores
+ * after its first (the sequence count without fences, which ThreadSanitizer lacks). */
+#define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
 static void rec_load(struct rec *dst, const struct rec *src)
 {
@@ -74,11 +77,21 @@ static void rec_store(struct rec *dst, const struct rec *src)
     ST(&dst->shift, src->shift);
 }
 
-/* Whether a registration over r gets r marked: a file's, cached. */
-static int markable(const struct rec *r)
+/* A file's mapping whose registrations are cached (shared ones only if shared memory is). */
+static int cached_file(uint32_t flags)
 {
-    return (r->flags & MRC_MAP_FILE) && !(r->flags & MRC_MAP_MARKED) &&
-           (!(r->flags & MRC_MAP_SHARED) || shared_cached);
+    return (flags & MRC_MAP_FILE) && (!(flags & MRC_MAP_SHARED) || shared_cached);
+}
+
+static int refused(uint32_t flags)
+{
+    return (flags & MRC_MAP_SHARED) && !shared_cached;
+}
+
+static void interest_update(void)
+{
+    uint32_t v = mrc_maps.nrefused + (mrc_maps.files_cached ? 0 : mrc_maps.nfile);
+    __atomic_store_n(&mrc_maps.interest, mrc_maps.lost ? v + LOST_BIAS : v, __ATOMIC_SEQ_CST);
 }
 
 /* Counts r in (sign 1) or out of (-1) the words the hooks read. Under the lock. */
@@ -88,11 +101,11 @@ static void account(const struct rec *r, int sign)
     ST(&mrc_maps.n, mrc_maps.n + d);
     if (r->shift)
         ST(&mrc_maps.nhuge, mrc_maps.nhuge + d);
-    if (r->flags & MRC_MAP_MARKED)
-        ST(&mrc_maps.nmarked, mrc_maps.nmarked + d);
-    uint32_t interest = (uint32_t)markable(r) + ((r->flags & MRC_MAP_SHARED) && !shared_cached);
-    if (interest)
-        ST(&mrc_maps.interest, mrc_maps.interest + interest * d);
+    if (refused(r->flags))
+        ST(&mrc_maps.nrefused, mrc_maps.nrefused + d);
+    if (cached_file(r->flags))
+        ST(&mrc_maps.nfile, mrc_maps.nfile + d);
+    interest_update();
 }
 
 /* The first record (of n in v) whose end lies past addr. */
@@ -116,9 +129,9 @@ static void lose(void)
     if (mrc_maps.lost)
         return;
     ST(&mrc_maps.lost, 1u);
-    ST(&mrc_maps.nmarked, mrc_maps.nmarked + LOST_BIAS);
-    ST(&mrc_maps.interest, mrc_maps.interest + LOST_BIAS);
+    ST(&mrc_maps.files_cached, 1u);
     ST(&mrc_maps.nhuge, mrc_maps.nhuge + LOST_BIAS);
+    interest_update();
 }
 
 /* Room for extra more records; 0 or -1 (then the registry is lost). */
@@ -147,11 +160,13 @@ static void write_begin(void)
 {
     pthread_mutex_lock(&lock);
     ST(&seq, seq + 1);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
 }
 
 static void write_end(void)
 {
+    uint32_t n = mrc_maps.n;
+    __atomic_store_n(&mrc_maps.lo, n ? recs[0].start : UINT64_MAX, __ATOMIC_RELEASE);
+    __atomic_store_n(&mrc_maps.hi, n ? recs[n - 1].end : 0, __ATOMIC_RELEASE);
     __atomic_store_n(&seq, seq + 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
 }
@@ -220,7 +235,7 @@ static void set_locked(uint64_t start, uint64_t end, const struct mrc_map_attr *
         return;
     }
     struct rec r = { .start = start, .end = end, .dev = a->dev, .ino = a->ino, .off = a->off,
-                     .gen = mrc_maps.gen + 1, .flags = a->flags & ~MRC_MAP_MARKED, .shift = a->page_shift };
+                     .gen = mrc_maps.gen + 1, .flags = a->flags, .shift = a->page_shift };
     insert_at(i, &r);
     account(&r, 1);
     __atomic_store_n(&mrc_maps.gen, r.gen, __ATOMIC_RELEASE);
@@ -267,7 +282,6 @@ static void read_begin(struct reader *r)
 
 static int read_again(const struct reader *r)
 {
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
     return LD(&seq) != r->s;
 }
 
@@ -291,6 +305,42 @@ static void visit(uint64_t start, uint64_t end, visit_fn fn, const void *in, voi
     } while (read_again(&rd));
 }
 
+/* Whether any record overlaps [start, end): the common answer (no) in a few loads, for
+ * the paths that ask on every call (a miss's admission, an unmap's cut). */
+/* Whether [start, end) lies outside every record's bounds: then no look at the records
+ * is needed (a record made later describes a mapping made after this call's range was
+ * known, or announced to the sink). */
+static int outside(uint64_t start, uint64_t end)
+{
+    return end <= __atomic_load_n(&mrc_maps.lo, __ATOMIC_ACQUIRE) ||
+           start >= __atomic_load_n(&mrc_maps.hi, __ATOMIC_ACQUIRE);
+}
+
+#define OVERLAPS 0x80000000u
+
+/* The flags of the records overlapping [start, end), with OVERLAPS if there is one: the
+ * common answer (none) in a few loads, for the paths that ask on every call (a miss's
+ * admission, an unmap's cut, the page size of a range). */
+static uint32_t overlap_flags(uint64_t start, uint64_t end)
+{
+    if (outside(start, end))
+        return 0;
+    struct reader rd;
+    uint32_t any;
+    do {
+        read_begin(&rd);
+        any = 0;
+        for (uint32_t i = find(rd.v, rd.n, start); i < rd.n && LD(&rd.v[i].start) < end; i++)
+            any |= LD(&rd.v[i].flags) | OVERLAPS;
+    } while (read_again(&rd));
+    return any;
+}
+
+static int any_overlap(uint64_t start, uint64_t end)
+{
+    return overlap_flags(start, end) != 0;
+}
+
 struct older_in {
     uint64_t gen;
     int64_t sysv_id;
@@ -306,7 +356,7 @@ static int older_fn(const struct rec *r, const void *in, void *out)
 
 void mrc_maps_clear(uint64_t start, uint64_t end, uint64_t gen, int64_t sysv_id)
 {
-    if (!mrc_maps_any() || start >= end)
+    if (!mrc_maps_any() || start >= end || !any_overlap(start, end))
         return;
     struct older_in in = { gen, sysv_id };
     int found;
@@ -335,6 +385,8 @@ uint64_t mrc_maps_page_size(uint64_t start, uint64_t end)
         return base;
     if (LD(&mrc_maps.lost))
         return mrc_maps_huge_shift_max() ? (uint64_t)1 << mrc_maps_huge_shift_max() : base;
+    if (!any_overlap(start, end))
+        return base;
     uint32_t shift;
     visit(start, end, shift_fn, NULL, &shift, sizeof(shift));
     return shift ? (uint64_t)1 << shift : base;
@@ -378,42 +430,20 @@ uint64_t mrc_maps_sysv_end(uint64_t addr, uint64_t limit, uint64_t id)
     return end;
 }
 
-struct admit_out {
-    int shared, unmarked;
-};
-
-static int admit_fn(const struct rec *r, const void *in, void *out)
-{
-    (void)in;
-    struct admit_out *o = out;
-    o->shared |= (r->flags & MRC_MAP_SHARED) != 0;
-    o->unmarked |= markable(r);
-    return 0;
-}
-
 int mrc_maps_admit(uint64_t first, uint64_t last)
 {
     if (LD(&mrc_maps.lost))
         return !shared_cached;
-    uint64_t end = last == UINT64_MAX ? UINT64_MAX : last + 1;
-    struct admit_out o;
-    visit(first, end, admit_fn, NULL, &o, sizeof(o));
-    if (o.shared && !shared_cached)
+    uint32_t any = overlap_flags(first, last == UINT64_MAX ? UINT64_MAX : last + 1);
+    if (refused(any))
         return 1;
-    if (o.unmarked) {
-        int saved = errno;
-        write_begin();
-        for (uint32_t i = find(recs, mrc_maps.n, first); i < mrc_maps.n && recs[i].start < end; i++) {
-            struct rec r = recs[i];
-            if (!markable(&r))
-                continue;
-            account(&r, -1);
-            r.flags |= MRC_MAP_MARKED;
-            rec_store(&recs[i], &r);
-            account(&r, 1);
-        }
-        write_end();
-        errno = saved;
+    /* Set before the registration is made, so that a truncation that found it clear
+     * has either run before the pages are pinned or looks again after its call. */
+    if (cached_file(any) && !LD(&mrc_maps.files_cached)) {
+        pthread_mutex_lock(&lock);
+        __atomic_store_n(&mrc_maps.files_cached, 1u, __ATOMIC_SEQ_CST);
+        interest_update();
+        pthread_mutex_unlock(&lock);
     }
     return 0;
 }
@@ -434,7 +464,7 @@ static int file_fn(const struct rec *r, const void *in, void *out)
     const struct file_in *f = in;
     struct file_out *o = out;
     uint64_t flen = r->end - r->start;
-    if (!(r->flags & MRC_MAP_MARKED) || !(r->flags & MRC_MAP_FILE) || r->dev != f->dev || r->ino != f->ino ||
+    if (!(r->flags & MRC_MAP_FILE) || r->dev != f->dev || r->ino != f->ino ||
         r->off >= f->hi || r->off + flen <= f->lo)
         return 0;
     uint64_t a = r->start + (f->lo > r->off ? f->lo - r->off : 0);
@@ -762,6 +792,8 @@ void mrc_maps_start(uint64_t base_page, int cache_shared, int on)
     int saved = errno;
     base = base_page;
     shared_cached = cache_shared;
+    ST(&mrc_maps.files_cached, 0u);
+    interest_update();
     learn_hugetlb();
     ST(&mrc_maps.on, (uint32_t)(on != 0));
     if (on)
@@ -782,9 +814,12 @@ void mrc_maps_child_reset(void)
     pthread_mutex_init(&lock, NULL);
     seq = 0;
     uint64_t gen = mrc_maps.gen;
+    uint32_t files_cached = mrc_maps.files_cached;
     memset(&mrc_maps, 0, sizeof(mrc_maps));
     mrc_maps.on = 1;
     mrc_maps.gen = gen;
+    mrc_maps.files_cached = files_cached;
+    mrc_maps.lo = UINT64_MAX;
     seed();
     errno = saved;
 }

@@ -15,7 +15,6 @@
 #define MRC_MAP_SHARED 0x1u   /* VM_SHARED: MAP_SHARED, System V shm, shared anonymous */
 #define MRC_MAP_FILE 0x2u     /* dev, ino and off say which bytes of which file it maps */
 #define MRC_MAP_SYSV 0x4u     /* a System V attachment: ino is the segment's id */
-#define MRC_MAP_MARKED 0x8u   /* a cached registration may lie over it (mrc_maps_admit) */
 
 struct mrc_map_attr {
     uint32_t flags;           /* MRC_MAP_* */
@@ -28,17 +27,22 @@ struct mrc_maps_words {
     uint32_t on;              /* the registry is kept (not under MRCACHE_MONITOR=none) */
     uint32_t n;               /* records */
     uint32_t nhuge;           /* ... with a page size above the base page */
-    uint32_t nmarked;         /* ... MARKED: a truncation of some file must look */
-    uint32_t interest;        /* ... an admission must look at (see mrc_maps_admit) */
+    uint32_t nrefused;        /* ... shared, where shared registrations are not cached */
+    uint32_t nfile;           /* ... of files, where registrations over them are cached */
+    uint32_t files_cached;    /* a registration was cached over a file's mapping: a
+                               * truncation must look (set once, by mrc_maps_admit) */
+    uint32_t interest;        /* nrefused, and nfile until files_cached: what an admission
+                               * must look at (see mrc_maps_admit) */
     uint32_t lost;            /* a record could not be kept: every answer is the worst case */
     uint64_t gen;             /* records made so far */
+    uint64_t lo, hi;          /* the records' bounds: what lies outside needs no look */
 };
 extern struct mrc_maps_words mrc_maps;
 
 /* Starts the registry (on: whether to keep it at all): learns the hugetlb page sizes and
  * their file systems, and seeds it from /proc/self/maps. shared_cached: registrations
- * over shared memory will be cached (then its file records are marked as others are).
- * From the constructor, before the program's threads exist. */
+ * over shared memory will be cached (then truncating a shared file must look too). From
+ * the constructor, before the program's threads exist. */
 void mrc_maps_start(uint64_t base_page, int shared_cached, int on);
 
 /* In a forked child (one thread): the lock is made anew, and the registry read again
@@ -77,11 +81,11 @@ uint64_t mrc_maps_sysv_end(uint64_t addr, uint64_t limit, uint64_t id);
 
 /* For a registration about to be made over [first, last]: 1 if part of it is shared
  * memory and shared registrations are not cached (the registration is then its caller's
- * alone), else 0, after marking the file records it overlaps (a truncation of their file
- * then invalidates them). Called only while mrc_maps.interest is non-zero. */
+ * alone), else 0, after setting files_cached if it lies over a file's mapping (from then
+ * on truncations look). Called only while mrc_maps.interest is non-zero. */
 int mrc_maps_admit(uint64_t first, uint64_t last);
 
-/* The address ranges of MARKED records mapping bytes [lo, hi) of file (dev, ino), rounded
+/* The address ranges of the records mapping bytes [lo, hi) of file (dev, ino), rounded
  * to their page size: up to max of them in start[]/len[] (more are folded into the last).
  * Returns how many. */
 unsigned mrc_maps_file_ranges(uint64_t dev, uint64_t ino, uint64_t lo, uint64_t hi, uint64_t *start, uint64_t *len,

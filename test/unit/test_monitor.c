@@ -5,11 +5,13 @@
  * calls that take nothing (mmap without MAP_FIXED, advice known to keep pages, growing
  * in place) announce nothing; nothing at all while the sink is not armed; glibc's free of
  * an mmapped chunk announces the chunk's mapping; shmdt announces every piece of a split
- * attachment; the registry keeps, cuts and moves its records, marks file mappings under
- * registrations, and truncation and fallocate announce the marked mappings they change. */
+ * attachment; the registry keeps, cuts and moves its records and says when a
+ * registration was cached over a file's mapping, after which truncation and fallocate
+ * announce the mappings they change. */
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,8 +183,9 @@ static void test_madvise_rule_is_default_deny(void)
                                  MADV_COLD, MADV_PAGEOUT, 22 /* POPULATE_READ */, 23 /* POPULATE_WRITE */,
                                  25 /* COLLAPSE */ };
     /* HWPOISON and SOFT_OFFLINE would act on real pages: they are tried on a hole. */
-    static const int discards[] = { MADV_DONTNEED, MADV_REMOVE, 24 /* DONTNEED_LOCKED */, 102 /* GUARD_INSTALL */,
-                                    103 /* GUARD_REMOVE */, 77 /* unknown */, -1, MADV_HWPOISON, 101 /* SOFT_OFFLINE */ };
+    static const int discards[] = { MADV_DONTNEED, MADV_REMOVE, 24 /* DONTNEED_LOCKED */,
+                                    102 /* GUARD_INSTALL */, 103 /* GUARD_REMOVE */, 77 /* unknown */, -1,
+                                    MADV_HWPOISON, 101 /* SOFT_OFFLINE */ };
     char *p = map(2 * (size_t)pg);
     if (!p)
         return;
@@ -347,10 +350,13 @@ static void test_registry_cuts_and_keeps_newer_records(void)
     munmap(raw, 8 * (size_t)pg);
 }
 
-/* Admission: shared memory is refused (not cached by default), a file mapping is marked,
- * and interest counts what an admission must still look at. */
-static void test_registry_admission_and_marks(void)
+/* Admission: shared memory is refused (not cached by default); a registration over a
+ * file's mapping sets files_cached (truncations look from then on), after which file
+ * mappings no longer count in interest. */
+static void test_registry_admission_and_files_cached(void)
 {
+    mrc_maps_start((uint64_t)pg, 0, 1);
+    mrc_maps_clear(0, UINT64_MAX, mrc_maps_gen(), -1);
     char *raw = map(4 * (size_t)pg);
     if (!raw)
         return;
@@ -358,18 +364,18 @@ static void test_registry_admission_and_marks(void)
     struct mrc_map_attr shared = { .flags = MRC_MAP_SHARED }, file = { .flags = MRC_MAP_FILE, .dev = 1, .ino = 2 };
     mrc_maps_set(a, a + P, &shared, mrc_maps_gen());
     mrc_maps_set(a + 2 * P, a + 4 * P, &file, mrc_maps_gen());
-    CHECK(mrc_maps.interest == 2 && mrc_maps.nmarked == 0);
+    CHECK(mrc_maps.interest == 2 && !mrc_maps.files_cached);
     CHECK(mrc_maps_admit(a + P, a + 2 * P - 1) == 0);         /* neither */
-    CHECK(mrc_maps_admit(a, a + 3 * P - 1) == 1);             /* touches shared: refused, nothing marked */
-    CHECK(mrc_maps.nmarked == 0);
-    CHECK(mrc_maps_admit(a + 3 * P, a + 3 * P + 10) == 0);    /* the file's: marked */
-    CHECK(mrc_maps.nmarked == 1 && mrc_maps.interest == 1);
+    CHECK(mrc_maps_admit(a, a + 3 * P - 1) == 1);             /* touches shared: refused */
+    CHECK(!mrc_maps.files_cached);
+    CHECK(mrc_maps_admit(a + 3 * P, a + 3 * P + 10) == 0);    /* the file's: cached, and said */
+    CHECK(mrc_maps.files_cached && mrc_maps.interest == 1 && mrc_files_watching());
     uint64_t st[2], ln[2];
     CHECK(mrc_maps_file_ranges(1, 2, P, UINT64_MAX, st, ln, 2) == 1 && st[0] == a + 3 * P && ln[0] == P);
     CHECK(mrc_maps_file_ranges(1, 2, 2 * P, UINT64_MAX, st, ln, 2) == 0);   /* past the mapping */
     CHECK(mrc_maps_file_ranges(1, 3, 0, UINT64_MAX, st, ln, 2) == 0);       /* another file */
     mrc_maps_clear(a, a + 4 * P, mrc_maps_gen(), -1);
-    CHECK(!mrc_maps_any() && mrc_maps.interest == 0 && mrc_maps.nmarked == 0);
+    CHECK(!mrc_maps_any() && mrc_maps.interest == 0);
     munmap(raw, 4 * (size_t)pg);
 }
 
@@ -400,11 +406,14 @@ static void test_mmap_records_shared_and_file_mappings(void)
     CHECK(!mrc_maps_any());
 }
 
-/* Truncation and fallocate announce the marked mappings of the bytes they drop, before
- * and after; growing, allocating and an unmarked mapping announce nothing; a mapping
- * marked while the call runs is announced after it. */
-static void test_truncation_announces_marked_file_mappings(void)
+/* Truncation and fallocate announce the mappings of the bytes they drop, before and
+ * after, once a registration was cached over a file's mapping; until then, and for
+ * growing or allocating, nothing; a registration cached while the call runs makes its
+ * end announce them. */
+static void test_truncation_announces_file_mappings(void)
 {
+    mrc_maps_start((uint64_t)pg, 0, 1);
+    mrc_maps_clear(0, UINT64_MAX, mrc_maps_gen(), -1);
     int fd = memfd_create("test-monitor", MFD_CLOEXEC);
     CHECK(fd >= 0 && ftruncate(fd, 4 * pg) == 0);
     char *pr = mrc_on_mmap(NULL, 4 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
@@ -414,10 +423,10 @@ static void test_truncation_announces_marked_file_mappings(void)
     uintptr_t p = (uintptr_t)pr;
     struct mrc_file_op op;
     reset(1);
-    mrc_file_begin_fd(&op, fd, (uint64_t)pg);      /* nothing marked: nothing to do */
+    mrc_file_begin_fd(&op, fd, (uint64_t)pg);      /* no registration over a file: nothing to do */
     mrc_file_done(&op, fd);
     CHECK(fs.n == 0);
-    /* Marked between the start and the end of a truncation: announced at its end. */
+    /* Cached over it between the start and the end of a truncation: announced at its end. */
     mrc_file_begin_fd(&op, fd, (uint64_t)pg);
     CHECK(mrc_maps_admit(p, p + 4 * (uint64_t)pg - 1) == 0 && mrc_files_watching());
     mrc_file_done(&op, fd);
@@ -447,8 +456,58 @@ static void test_truncation_announces_marked_file_mappings(void)
     mrc_file_done(&op, -1);
     expect_pair(p, 4 * (size_t)pg, MRC_INVAL_FILE);
     mrc_on_munmap(pr, 4 * (size_t)pg);
-    CHECK(mrc_maps.nmarked == 0);
+    CHECK(mrc_maps.nfile == 0);
     close(fd);
+}
+
+/* Readers take no lock: while another thread makes, cuts and removes records beside
+ * them, a record that stays is always seen, with its page size and its sharing. */
+#define CHURN_ROUNDS 20000
+static uint64_t churn_base;
+static int churn_stop;
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    struct mrc_map_attr sh = { .flags = MRC_MAP_SHARED | MRC_MAP_FILE, .dev = 3, .ino = 4 }, huge = { .page_shift = 21 };
+    uint64_t P = (uint64_t)pg;
+    for (int i = 0; i < CHURN_ROUNDS; i++) {
+        uint64_t a = churn_base + (uint64_t)(i % 64) * 4 * P;
+        mrc_maps_set(a, a + 3 * P, i & 1 ? &sh : &huge, mrc_maps_gen());
+        mrc_maps_set(a + P, a + 2 * P, NULL, mrc_maps_gen());        /* cut in two */
+        if (i % 3 == 0)
+            mrc_maps_clear(a, a + 3 * P, mrc_maps_gen(), -1);
+    }
+    __atomic_store_n(&churn_stop, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void test_registry_readers_during_writes(void)
+{
+    char *raw, *stay = map_huge_aligned(&raw);
+    char *region = map(256 * (size_t)pg);
+    if (!stay || !region)
+        return;
+    churn_base = (uintptr_t)region;
+    struct mrc_map_attr huge_shared = { .flags = MRC_MAP_SHARED, .page_shift = 21 };
+    mrc_maps_set((uintptr_t)stay, (uintptr_t)stay + HUGE, &huge_shared, mrc_maps_gen());
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, churn, NULL) == 0);
+    unsigned long looks = 0, wrong = 0;
+    while (!__atomic_load_n(&churn_stop, __ATOMIC_ACQUIRE) || looks < 1000) {
+        uint64_t s, e;
+        struct mrc_map_attr a;
+        wrong += mrc_maps_page_size((uintptr_t)stay + 4096, (uintptr_t)stay + 8192) != HUGE;
+        wrong += mrc_maps_admit((uintptr_t)stay + 100, (uintptr_t)stay + 200) != 1;
+        wrong += !mrc_maps_at((uintptr_t)stay + 5000, &s, &e, &a) || s != (uintptr_t)stay || a.page_shift != 21;
+        looks++;
+    }
+    pthread_join(t, NULL);
+    CHECKF(wrong == 0, "%lu of %lu looks missed the record that stayed", wrong, looks);
+    mrc_maps_clear(0, UINT64_MAX, mrc_maps_gen(), -1);
+    CHECK(!mrc_maps_any() && mrc_maps.interest == 0 && mrc_maps.nhuge == 0);
+    munmap(region, 256 * (size_t)pg);
+    munmap(raw, 3 * HUGE);
 }
 
 static void test_free_of_mmapped_chunk(void)
@@ -497,9 +556,10 @@ int main(void)
     RUN(test_shmdt_of_a_split_attachment_takes_every_piece);
     RUN(test_shmdt_of_a_split_removed_segment_takes_every_piece);
     RUN(test_registry_cuts_and_keeps_newer_records);
-    RUN(test_registry_admission_and_marks);
+    RUN(test_registry_admission_and_files_cached);
     RUN(test_mmap_records_shared_and_file_mappings);
-    RUN(test_truncation_announces_marked_file_mappings);
+    RUN(test_truncation_announces_file_mappings);
+    RUN(test_registry_readers_during_writes);
     RUN(test_free_of_mmapped_chunk);
     CHECK_EXIT();
 }

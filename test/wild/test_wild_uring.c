@@ -85,8 +85,9 @@ static void limit_without_uffd(void)
 
 static void limit_if_shared_cached(void)
 {
-    limit = wild_shared_cached() ? NO_LIBC_CALL " and no userfaultfd event: MRCACHE_SHARED=cache caches this shared memory"
-                                 : NULL;
+    limit = wild_shared_cached()
+                ? NO_LIBC_CALL " and no userfaultfd event: MRCACHE_SHARED=cache caches this shared memory"
+                : NULL;
 }
 
 /* The advice through the ring; remove_by: the guard removed through the ring (1) or
