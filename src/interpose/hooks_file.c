@@ -1,11 +1,8 @@
-/* hooks_file.c - the exported calls that drop pages of mapped files: truncation in every
- * form glibc 2.36 exports (ftruncate, truncate, open, openat, creat with O_TRUNC, their
- * 64-bit and fortified forms, fopen and freopen "w", shm_open with O_TRUNC) and
- * fallocate; each brackets the real call with monitor/files.c. glibc's own calls of these
- * (fopen's open) do not come here: the one the program made does. A call that cannot
- * drop a page (no O_TRUNC, a stream opened to read or append) goes straight on. Before
- * the real functions are known the kernel is asked directly; a stream cannot be made
- * that way (ENOSYS; nothing opens one that early). */
+/* hooks_file.c - the exported calls that drop pages of mapped files, in every form glibc
+ * 2.36 exports (ftruncate, truncate, open/openat/creat with O_TRUNC and their 64-bit and
+ * fortified forms, fopen/freopen "w", shm_open O_TRUNC, fallocate), each bracketed with
+ * monitor/files.c; one that cannot drop a page goes straight on. Before the real
+ * functions are known the kernel is asked directly (a stream: ENOSYS). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -144,7 +141,8 @@ MRC_EXPORT int shm_open(const char *name, int flags, mode_t mode)
 }
 
 /* Returns call (a stream opened with mode on path, or on fd's file if path is NULL),
- * bracketed when the mode truncates ("w", "w+", "wb", ...). */
+ * bracketed when the mode truncates ("w", "w+", "wb", ...). The stream functions are
+ * hooked themselves: glibc's fopen opens with its own __open, past the PLT. */
 #define TRUNCATING_STREAM(call, path, mode, fd)                                            \
     do {                                                                                  \
         if (!(mode) || (mode)[0] != 'w')                                                  \

@@ -1,10 +1,8 @@
-/* files.c - truncation and fallocate as memory events (files.h): the file's identity
- * (fstat/stat), the bytes the call drops, every mapping of them from the registry
- * announced before the call, and after it again (mrc_sink_done), all of them announced
- * then if files_cached was set while the call ran (a registration that set it either
- * pinned the new pages or sees the announcement in its race check).
- * Invariants: until files_cached a call costs a load before and a load after; only
- * regular files have mappings whose pages a registration pins; errno is the real call's. */
+/* files.c - truncation and fallocate as memory events (files.h): identity (fstat/stat),
+ * the bytes dropped, their mappings announced before the call and after it, and all of
+ * them after it if files_cached was set meanwhile (that registration then pinned the new
+ * pages or sees the announcement in its race check). Invariant: only regular files'
+ * mappings hold pages a registration pins. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>

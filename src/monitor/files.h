@@ -1,11 +1,8 @@
-/* files.h - the calls that drop pages of a mapped file with no unmap at all: truncation
- * (ftruncate, truncate, open with O_TRUNC, fopen "w", shm_open with O_TRUNC) and
- * fallocate's punching, collapsing, inserting and zeroing. Every mapping of the bytes
- * that go, found in the registry (maps.h) by the file's identity, is published to the
- * sink before the call and after it. A hook brackets the real call it was asked for with
- * mrc_file_begin_* and mrc_file_done. Invariants: until a registration is cached over a
- * file's mapping (mrc_maps.files_cached), a call costs one load before it and one after;
- * nothing here allocates; errno is the real call's. */
+/* files.h - the calls that drop pages of a mapped file with no unmap (truncation, open
+ * with O_TRUNC, fallocate's punching and moving): the mappings of the bytes that go, found
+ * in the registry by the file's identity, published before the call and after it.
+ * Invariants: until a registration is cached over a file's mapping a call costs a load
+ * before it and one after; nothing allocates; errno is the real call's. */
 #ifndef MRC_FILES_H
 #define MRC_FILES_H
 

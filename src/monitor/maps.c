@@ -1,12 +1,8 @@
-/* maps.c - the registry of special mappings (maps.h): a sorted array of non-overlapping
- * records, read without a lock under a sequence count and changed under a short lock;
- * the hugetlb page sizes and the file systems that have them; /proc/self/maps read into a
- * stack buffer (the seed, and attachments made where libmrcache did not look).
- * Invariants: the array lives in a static block, then in raw mappings that are never
- * unmapped (a reader may still be reading an old copy: it reads again when the sequence
- * moved); every field a reader loads is written with an atomic store; nothing here
- * allocates through malloc or calls into the cache; when a record cannot be kept the
- * registry says so (lost) and every answer becomes the worst case. */
+/* maps.c - the registry (maps.h): a sorted array of records read under a sequence count
+ * and changed under a short lock; the hugetlb page sizes and their file systems;
+ * /proc/self/maps read into a stack buffer. Invariants: arrays are never unmapped (a
+ * reader of an old copy reads again); no malloc, no call into the cache; a record that
+ * cannot be kept makes the registry lost, and every answer the worst case. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>

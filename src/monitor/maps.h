@@ -1,12 +1,8 @@
-/* maps.h - the registry of special mappings: ranges that are hugetlb (with their page
- * size), shared (VM_SHARED: another process may change their pages) or mapped from a
- * regular file (its identity and offset). The munmap family's paths keep it (unmap.c);
- * it is seeded once at start-up from /proc/self/maps. A range it does not hold is taken
- * for private anonymous memory of the base page size.
- * Invariants: no malloc; writers hold a short lock around the registry's own memory only
- * (never across a call into anything else); readers take no lock; a record is removed
- * only by a change that began after it was recorded (generations), so a mapping made
- * meanwhile at the same address keeps its record; every function keeps errno. */
+/* maps.h - the registry of special mappings: ranges that are hugetlb (their page size),
+ * shared (another process may change their pages) or a regular file's (identity, offset);
+ * seeded from /proc/self/maps, kept by unmap.c. What it lacks is private anonymous memory.
+ * Invariants: no malloc; readers take no lock, writers a short one over its own memory;
+ * a record goes only by a change begun after it was made; errno is kept. */
 #ifndef MRC_MAPS_H
 #define MRC_MAPS_H
 

@@ -1,23 +1,8 @@
-/* unmap.c - the munmap family: each call's doomed range, published to the sink before
- * the call and after it (mrc_sink_begin/done; the receiver decides what a registration
- * racing with the call means).
- * Invariants: while the sink is not armed each call is a load and a branch; nothing here
- * allocates or deregisters; errno is the real call's. MADV_FREE is not an unmap: the
- * kernel never discards pinned pages on MADV_FREE, so a registration stays valid. A call
- * is watched when the preload source is on or its libc entry point is patched (then both
- * paths arrive here once: mrc_real's pointer is the direct syscall). */
-/* unmap.c - the munmap family and the advice that discards pages: each call's doomed
- * range, published to the sink before the call and after it (mrc_sink_begin/done; the
- * receiver decides what a registration racing with the call means), and the registry of
- * special mappings (maps.h) kept up to date with what each call maps and unmaps.
- * Invariants: while the sink is not armed and the registry holds nothing, each call is a
- * load and a branch; nothing here allocates or deregisters; errno is the real call's.
- * The range is the kernel's: whole pages of the mapping the call touches (a hugetlb
- * mapping changes a whole huge page for a 4 KiB length). Advice is default-deny: only
- * advice known to keep pinned pages (measured) invalidates nothing. A call is watched
- * when the preload source is on or its libc entry point is patched (then both paths
- * arrive here once: mrc_real's pointer is the direct syscall); the registry is kept
- * whatever the sources, unless it is off. */
+/* unmap.c - the munmap family and discarding advice: each call's range, whole pages of the
+ * mappings it touches, published to the sink before the call and after it, and the
+ * registry (maps.h) kept up to date with what each call maps and unmaps.
+ * Invariants: with the sink unarmed and the registry empty a call is a load and a branch;
+ * nothing allocates or deregisters; errno is the real call's; advice is default-deny. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -40,7 +25,10 @@ void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int
     mrc_monitor.preload = preload;
 }
 
-/* The fast path while nothing was ever registered: a load and a branch. */
+/* The fast path while nothing was ever registered: a load and a branch. A call is
+ * watched when the preload source is on or its libc entry point is patched (then both
+ * paths arrive here once: mrc_real's pointer is the direct syscall); the registry is kept
+ * whatever the sources, unless it is off. */
 static inline int watching(enum mrc_fn fn)
 {
     return mrc_sink_armed(&mrc_monitor.sink) &&

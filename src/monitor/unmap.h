@@ -1,11 +1,8 @@
-/* unmap.h - the munmap family and discarding advice as memory events: the range each
- * call takes away (whole pages of the mappings it touches), computed before the call,
- * published to the sink before it and again after it (mrc_sink_begin/done), and the
- * registry of special mappings (maps.h) kept up to date. Each function performs the real
- * call and returns its result, with errno as the real call left it. Both sources of
- * these calls land here: the preload hooks (interpose/hooks_mem.c) and libc's patched
- * entry points (patch.c); a function patched in libc is watched whatever the preload
- * source says. */
+/* unmap.h - the munmap family and discarding advice as memory events, from the preload
+ * hooks (interpose/hooks_mem.c) and libc's patched entry points (patch.c): the range each
+ * call changes, published before it and after it, and the registry of special mappings
+ * kept. Each function performs the real call and returns its result with its errno; a
+ * function patched in libc is watched whatever the preload source says. */
 #ifndef MRC_UNMAP_H
 #define MRC_UNMAP_H
 

@@ -1,9 +1,8 @@
-/* admit.c - which misses the cache may keep: under MRCACHE_SHARED=register (the default)
- * a registration over memory another process can change (the registry's shared records:
- * MAP_SHARED files, System V and POSIX shm, memfd, shared anonymous memory) is its
- * caller's alone, since no hook of ours sees that process truncate or discard it.
- * Invariant: asked only while the registry says an admission must look (one load on a
- * miss otherwise), without the cache lock. */
+/* admit.c - which misses the cache may keep: under MRCACHE_SHARED=register (the default) a
+ * registration over memory another process can change (MAP_SHARED files, shm, memfd,
+ * shared anonymous memory) is its caller's alone: no hook here sees that process.
+ * Invariant: asked only while the registry says an admission must look (a miss pays one
+ * load otherwise), without the cache lock. */
 #include "monitor/maps.h"
 #include "runtime/state.h"
 #include "util/stats.h"
