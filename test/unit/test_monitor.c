@@ -260,6 +260,10 @@ static void test_hugetlb_record_widens_to_the_huge_page(void)
            (unsigned long long)fs.ev[0].len, (unsigned long long)fs.ev[1].addr, (unsigned long long)fs.ev[1].len);
     CHECK(mrc_maps_page_size((uintptr_t)q, (uintptr_t)q + 1) == HUGE);
     CHECK(mrc_maps_page_size((uintptr_t)p, (uintptr_t)p + 1) == (uint64_t)pg);
+    /* A 4 KiB mmap(MAP_FIXED) of ordinary memory over it: the huge page it lands in. */
+    reset(1);
+    CHECK(mrc_on_mmap(q + 4096, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == q + 4096);
+    expect_pair((uintptr_t)q, HUGE, MRC_INVAL_MMAP_FIXED);
     reset(1);
     CHECK(mrc_on_munmap(q, 4096) == 0);
     expect_pair((uintptr_t)q, HUGE, MRC_INVAL_MUNMAP);
