@@ -104,9 +104,10 @@ test: all $(TEST_BINS)
 check:
 	$(Q)$(MAKE) $(SUBMAKE_FLAGS) BUILD=build-asan SAN=address test
 
-# Threads under ThreadSanitizer: the unit suites (cache stress, tree), which run the
-# cache core's concurrency directly; the preload under TSan would report glibc itself.
-TSAN_CMDS := $(BUILD)/test/test_cache $(BUILD)/test/test_itree
+# Threads under ThreadSanitizer: the unit suites (cache stress, tree, the monitors'
+# registry read without a lock), which run the concurrency directly; the preload under
+# TSan would report glibc itself.
+TSAN_CMDS := $(BUILD)/test/test_cache $(BUILD)/test/test_itree $(BUILD)/test/test_monitor
 tsan:
 	$(Q)$(MAKE) $(SUBMAKE_FLAGS) BUILD=build-tsan SAN=thread tsan-run
 tsan-run: $(TSAN_CMDS)

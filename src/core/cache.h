@@ -50,6 +50,14 @@ struct mrc_cache_params {
      * block or call back into the cache. */
     void (*deferred_full)(void *arg);
     void *deferred_full_arg;
+    /* Optional: asked by a miss, before it registers [first, last] (its request rounded
+     * to pages), while *admit_armed is non-zero (one load otherwise; NULL: never): a
+     * non-zero answer makes the registration its caller's alone (registered for it and
+     * deregistered at its release, counted as uncached). Called without the cache lock;
+     * must not call back into the cache. */
+    const uint32_t *admit_armed;
+    int (*admit)(void *arg, uint64_t first, uint64_t last);
+    void *admit_arg;
 };
 
 /* Entry flags. */

@@ -1,4 +1,5 @@
-/* hooks_mem.c - the exported munmap family; each forwards to monitor/unmap.c (a
+/* hooks_mem.c - the exported munmap family and the calls that discard or replace pages
+ * in place (process_madvise, remap_file_pages); each forwards to monitor/unmap.c (a
  * MADV_COLLAPSE first lets the runtime release idle registrations over its range). Before
  * the real functions are known (a call during our own symbol lookup) the kernel is
  * asked directly (syscall(2), which sets errno itself), so nothing here can recurse or
@@ -9,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "interpose/export.h"
@@ -21,25 +23,38 @@
 #define MADV_COLLAPSE 25   /* Linux 6.1; older headers lack it */
 #endif
 
-MRC_EXPORT int munmap(void *addr, size_t len)
+/* The slow paths apart, so that the fast ones are a test and a tail call: with them
+ * inline the compiler saves every argument register first, on every call. */
+__attribute__((noinline)) static int munmap_watched(void *addr, size_t len)
 {
-    /* The fast path while nothing was ever registered: three loads, a branch, a tail call. */
-    int (*real)(void *, size_t) = __atomic_load_n(&mrc_real.munmap, __ATOMIC_RELAXED);
-    if (__builtin_expect(real && !mrc_sink_armed(&mrc_monitor.sink), 1))
-        return real(addr, len);
     if (!mrc_real_ensure_libc() || !mrc_real.munmap)
         return (int)syscall(SYS_munmap, addr, len);
     return mrc_on_munmap(addr, len);
 }
 
-MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+__attribute__((noinline)) static void *mmap_watched(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-    void *(*real)(void *, size_t, int, int, int, off_t) = __atomic_load_n(&mrc_real.mmap, __ATOMIC_RELAXED);
-    if (__builtin_expect(real && !mrc_sink_armed(&mrc_monitor.sink), 1))
-        return real(addr, len, prot, flags, fd, off);
     if (!mrc_real_ensure_libc() || !mrc_real.mmap)
         return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
     return mrc_on_mmap(addr, len, prot, flags, fd, off);
+}
+
+MRC_EXPORT int munmap(void *addr, size_t len)
+{
+    /* The fast path while nothing was ever registered and no special mapping exists: a
+     * few loads, a branch, a tail call. */
+    int (*real)(void *, size_t) = __atomic_load_n(&mrc_real.munmap, __ATOMIC_RELAXED);
+    if (__builtin_expect(real && !mrc_monitor_busy(), 1))
+        return real(addr, len);
+    return munmap_watched(addr, len);
+}
+
+MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    void *(*real)(void *, size_t, int, int, int, off_t) = __atomic_load_n(&mrc_real.mmap, __ATOMIC_RELAXED);
+    if (__builtin_expect(real && !mrc_mmap_special(flags) && !mrc_monitor_busy(), 1))
+        return real(addr, len, prot, flags, fd, off);
+    return mmap_watched(addr, len, prot, flags, fd, off);
 }
 
 MRC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
@@ -63,6 +78,20 @@ MRC_EXPORT int madvise(void *addr, size_t len, int advice)
     if (__builtin_expect(advice == MADV_COLLAPSE, 0))
         mrc_rt_before_collapse(addr, len);   /* pinned idle pages would refuse it */
     return mrc_on_madvise(addr, len, advice);
+}
+
+MRC_EXPORT ssize_t process_madvise(int pidfd, const struct iovec *iov, size_t n, int advice, unsigned flags)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.process_madvise)
+        return syscall(SYS_process_madvise, pidfd, iov, n, advice, flags);
+    return mrc_on_process_madvise(pidfd, iov, n, advice, flags);
+}
+
+MRC_EXPORT int remap_file_pages(void *addr, size_t size, int prot, size_t pgoff, int flags)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.remap_file_pages)
+        return (int)syscall(SYS_remap_file_pages, addr, size, prot, pgoff, flags);
+    return mrc_on_remap_file_pages(addr, size, prot, pgoff, flags);
 }
 
 MRC_EXPORT void *shmat(int id, const void *addr, int flags)
@@ -96,7 +125,6 @@ MRC_EXPORT void *sbrk(intptr_t incr)
     }
     return mrc_on_sbrk(incr);
 }
-
 MRC_OWN(munmap, mrc_own_munmap);
 MRC_OWN(mmap, mrc_own_mmap);
 MRC_OWN(mmap64, mrc_own_mmap64);

@@ -1,26 +1,20 @@
-/* unmap.c - the munmap family: each call's doomed range, published to the sink before
- * the call and after it (mrc_sink_begin/done; the receiver decides what a registration
- * racing with the call means).
- * Invariants: while the sink is not armed each call is a load and a branch; nothing here
- * allocates or deregisters; errno is the real call's. MADV_FREE is not an unmap: the
- * kernel never discards pinned pages on MADV_FREE, so a registration stays valid. A call
- * is watched when the preload source is on or its libc entry point is patched (then both
- * paths arrive here once: mrc_real's pointer is the direct syscall). */
+/* unmap.c - the munmap family and discarding advice: each call's range, whole pages of the
+ * mappings it touches, published to the sink before the call and after it, and the
+ * registry (maps.h) kept up to date with what each call maps and unmaps.
+ * Invariants: with the sink unarmed and the registry empty a call is a load and a branch;
+ * nothing allocates or deregisters; errno is the real call's; advice is default-deny. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include "monitor/maps.h"
 #include "monitor/unmap.h"
 #include "util/real.h"
-
-#ifndef MADV_DONTNEED_LOCKED
-#define MADV_DONTNEED_LOCKED 24
-#endif
 
 struct mrc_monitor mrc_monitor;
 
@@ -53,11 +47,20 @@ void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int
     mrc_monitor.preload = preload;
 }
 
-/* The fast path while nothing was ever registered: a load and a branch. */
+/* The fast path while nothing was ever registered: a load and a branch. A call is
+ * watched when the preload source is on or its libc entry point is patched (then both
+ * paths arrive here once: mrc_real's pointer is the direct syscall); the registry is kept
+ * whatever the sources, unless it is off. */
 static inline int watching(enum mrc_fn fn)
 {
     return mrc_sink_armed(&mrc_monitor.sink) &&
            (mrc_monitor.preload || (__atomic_load_n(&mrc_monitor.patched, __ATOMIC_RELAXED) & (1u << fn)));
+}
+
+/* For the calls only the preload hooks see (no libc entry point of theirs is patched). */
+static inline int watching_plt(void)
+{
+    return mrc_sink_armed(&mrc_monitor.sink) && mrc_monitor.preload;
 }
 
 /* libc's idea of the break. Read directly rather than through sbrk(0), which calls brk
@@ -71,20 +74,41 @@ static char *current_break(void)
     return cur;
 }
 
-static uint64_t page_mask(void)
+/* [a, a+len) widened to whole pages of psz (a power of two), up to the top of memory. */
+static void round_range(uint64_t a, uint64_t len, uint64_t psz, uint64_t *start, uint64_t *plen)
 {
-    return mrc_monitor.page_size - 1;
+    uint64_t m = psz - 1, end = a + len;
+    end = end < a ? UINT64_MAX : end;
+    end = (end + m) < end ? UINT64_MAX : ((end + m) & ~m);
+    *start = a & ~m;
+    *plen = end - *start;
 }
 
-/* [addr, addr+len) widened to whole pages, as the kernel applies it. */
-static void page_range(const void *addr, size_t len, uint64_t *start, uint64_t *plen)
+/* The range the kernel changes for [addr, addr+len): whole pages of every mapping it
+ * touches, and at least of min_psz (a call that maps hugetlb memory). */
+static void kernel_range(const void *addr, size_t len, uint64_t min_psz, uint64_t *start, uint64_t *plen)
 {
-    uint64_t m = page_mask(), a = (uintptr_t)addr & ~m;
-    uint64_t end = (uintptr_t)addr + len;
-    end = end < (uintptr_t)addr ? UINT64_MAX : end;
-    end = (end + m) < end ? UINT64_MAX : ((end + m) & ~m);
-    *start = a;
-    *plen = end - a;
+    uint64_t psz = mrc_monitor.page_size > min_psz ? mrc_monitor.page_size : min_psz;
+    round_range((uintptr_t)addr, len, psz, start, plen);
+    /* Widening can reach a mapping of larger pages: widen again until none does. */
+    for (int i = 0; i < 4; i++) {
+        uint64_t end = *start + *plen < *start ? UINT64_MAX : *start + *plen;
+        uint64_t p = mrc_maps_page_size(*start, end);
+        if (p <= psz)
+            break;
+        psz = p;
+        round_range(*start, *plen, psz, start, plen);
+    }
+}
+
+static uint64_t round_up(uint64_t v, uint64_t psz)
+{
+    return (v + psz - 1) < v ? UINT64_MAX & ~(psz - 1) : (v + psz - 1) & ~(psz - 1);
+}
+
+static uint64_t range_end(uint64_t start, uint64_t len)
+{
+    return start + len < start ? UINT64_MAX : start + len;
 }
 
 struct unmap_op {
@@ -92,11 +116,19 @@ struct unmap_op {
     enum mrc_inval_cause cause;
 };
 
-static void op_begin(struct unmap_op *op, const void *addr, size_t len, enum mrc_inval_cause cause)
+static void op_begin_range(struct unmap_op *op, uint64_t start, uint64_t len, enum mrc_inval_cause cause)
 {
-    page_range(addr, len, &op->start, &op->len);
+    op->start = start;
+    op->len = len;
     op->cause = cause;
     op->ticket = mrc_sink_begin(&mrc_monitor.sink, op->start, op->len, cause);
+}
+
+static void op_begin(struct unmap_op *op, const void *addr, size_t len, uint64_t min_psz, enum mrc_inval_cause cause)
+{
+    uint64_t start, plen;
+    kernel_range(addr, len, min_psz, &start, &plen);
+    op_begin_range(op, start, plen, cause);
 }
 
 static void op_done(const struct unmap_op *op)
@@ -113,42 +145,81 @@ int mrc_on_munmap(void *addr, size_t len)
 
 int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len)
 {
-    if (!watching(src))
+    int watch = watching(src), keep = mrc_maps_any();
+    if (!watch && !keep)
         return NEXT(munmap)(addr, len);
-    struct unmap_op op;
-    op_begin(&op, addr, len, MRC_INVAL_MUNMAP);
+    uint64_t start, plen, gen = mrc_maps_gen();
+    kernel_range(addr, len, 0, &start, &plen);
+    struct unmap_op op = { .len = 0 };
+    if (watch)
+        op_begin_range(&op, start, plen, MRC_INVAL_MUNMAP);
     int rc = NEXT(munmap)(addr, len);
-    op_done(&op);
+    if (rc == 0 && keep)
+        mrc_maps_clear(start, range_end(start, plen), gen, -1);
+    if (watch)
+        op_done(&op);
     return rc;
 }
 
 void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     /* MAP_FIXED replaces whatever was mapped there; MAP_FIXED_NOREPLACE fails instead. */
-    if (!(flags & MAP_FIXED) || !watching(MRC_FN_MMAP))
+    int watch = (flags & MAP_FIXED) && watching(MRC_FN_MMAP);
+    int keep = __atomic_load_n(&mrc_maps.on, __ATOMIC_RELAXED) && (mrc_mmap_special(flags) || mrc_maps_any());
+    if (!watch && !keep)
         return NEXT(mmap)(addr, len, prot, flags, fd, off);
-    struct unmap_op op;
-    op_begin(&op, addr, len, MRC_INVAL_MMAP_FIXED);
+    struct mrc_map_attr a;
+    int special = keep && mrc_maps_describe(flags, fd, (uint64_t)off, &a);
+    uint64_t psz = special && a.page_shift ? (uint64_t)1 << a.page_shift : mrc_monitor.page_size;
+    uint64_t gen = mrc_maps_gen();
+    struct unmap_op op = { .len = 0 };
+    if (watch)
+        op_begin(&op, addr, len, psz, MRC_INVAL_MMAP_FIXED);
     void *p = NEXT(mmap)(addr, len, prot, flags, fd, off);
-    op_done(&op);
+    /* Recorded before the second announcement: a registration after it sees the record. */
+    if (p != MAP_FAILED && keep)
+        mrc_maps_set((uintptr_t)p, range_end((uintptr_t)p, round_up(len, psz)), special ? &a : NULL, gen);
+    if (watch)
+        op_done(&op);
     return p;
 }
 
 void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void *new_addr)
 {
-    if (!watching(MRC_FN_MREMAP))
+    int watch = watching(MRC_FN_MREMAP), keep = mrc_maps_any();
+    if (!watch && !keep)
         return NEXT(mremap)(old, old_size, new_size, flags, new_addr);
+    /* The mapping moved keeps its page size and what it maps. */
+    uint64_t rs = 0, re = 0;
+    struct mrc_map_attr ra;
+    int have = keep && mrc_maps_at((uintptr_t)old, &rs, &re, &ra);
+    uint64_t psz = mrc_maps_page_size((uintptr_t)old, (uintptr_t)old + 1);
+    uint64_t osz = round_up(old_size, psz), nsz = round_up(new_size, psz), gen = mrc_maps_gen();
     /* Moving (possible with MAYMOVE, certain with FIXED or DONTUNMAP) takes the pages
      * away from the old range; shrinking takes the tail; MREMAP_FIXED also replaces
      * the target range. Growing in place keeps every registered page. */
     struct unmap_op a = { .len = 0 }, b = { .len = 0 };
-    if (old_size && (flags & MREMAP_MAYMOVE))
-        op_begin(&a, old, old_size, MRC_INVAL_MREMAP);
-    else if (new_size < old_size)
-        op_begin(&a, (char *)old + new_size, old_size - new_size, MRC_INVAL_MREMAP);
-    if (flags & MREMAP_FIXED)
-        op_begin(&b, new_addr, new_size, MRC_INVAL_MREMAP);
+    if (watch && old_size && (flags & MREMAP_MAYMOVE))
+        op_begin(&a, old, osz, psz, MRC_INVAL_MREMAP);
+    else if (watch && nsz < osz)
+        op_begin(&a, (char *)old + nsz, osz - nsz, psz, MRC_INVAL_MREMAP);
+    if (watch && (flags & MREMAP_FIXED))
+        op_begin(&b, new_addr, nsz, psz, MRC_INVAL_MREMAP);
     void *p = NEXT(mremap)(old, old_size, new_size, flags, new_addr);
+    if (p != MAP_FAILED && keep) {
+        uint64_t o = (uintptr_t)old, n = (uintptr_t)p;
+        if (n != o && old_size && !(flags & MREMAP_DONTUNMAP))
+            mrc_maps_clear(o, range_end(o, osz), gen, -1);
+        else if (n == o && nsz < osz)
+            mrc_maps_clear(o + nsz, range_end(o, osz), gen, -1);
+        if (have) {
+            if (ra.flags & (MRC_MAP_FILE | MRC_MAP_SYSV))
+                ra.off += o - rs;
+            mrc_maps_set(n, range_end(n, nsz), &ra, gen);
+        } else if (n != o) {
+            mrc_maps_set(n, range_end(n, nsz), NULL, gen);
+        }
+    }
     if (a.len)
         op_done(&a);
     if (b.len)
@@ -156,87 +227,174 @@ void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void
     return p;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+/* Advice measured to keep pinned pages where they are (Linux 6.18). Everything else, an
+ * advice this list does not know included, is taken to discard them: DONTNEED, REMOVE,
+ * DONTNEED_LOCKED, HWPOISON, SOFT_OFFLINE, GUARD_INSTALL and GUARD_REMOVE (6.13). FREE
+ * never discards pinned pages; PAGEOUT and COLD skip them; COLLAPSE fails with EAGAIN on
+ * them; the rest only change how pages are faulted, merged, dumped or forked. */
+static int advice_keeps_pages(int advice)
+{
+    switch (advice) {
+    case MADV_NORMAL: case MADV_RANDOM: case MADV_SEQUENTIAL: case MADV_WILLNEED: case MADV_FREE:
+    case MADV_DONTFORK: case MADV_DOFORK: case MADV_MERGEABLE: case MADV_UNMERGEABLE: case MADV_HUGEPAGE:
+    case MADV_NOHUGEPAGE: case MADV_DONTDUMP: case MADV_DODUMP: case MADV_WIPEONFORK: case MADV_KEEPONFORK:
+    case MADV_COLD: case MADV_PAGEOUT: case MADV_POPULATE_READ: case MADV_POPULATE_WRITE: case MADV_COLLAPSE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 int mrc_on_madvise(void *addr, size_t len, int advice)
 {
-    if (!watching(MRC_FN_MADVISE) ||
-        (advice != MADV_DONTNEED && advice != MADV_REMOVE && advice != MADV_DONTNEED_LOCKED))
+    if (advice_keeps_pages(advice) || !watching(MRC_FN_MADVISE))
         return NEXT(madvise)(addr, len, advice);
     struct unmap_op op;
-    op_begin(&op, addr, len, MRC_INVAL_MADVISE);
+    op_begin(&op, addr, len, 0, MRC_INVAL_MADVISE);
     int rc = NEXT(madvise)(addr, len, advice);
     op_done(&op);
     return rc;
 }
 
+/* Ranges announced one by one, up to this many; the rest are folded into the last. */
+#define IOV_OPS 32
+
+ssize_t mrc_on_process_madvise(int pidfd, const struct iovec *iov, size_t n, int advice, unsigned flags)
+{
+    /* Any pidfd: on our own the kernel takes every advice; for another process's, the
+     * same addresses here are invalidated for nothing, which is harmless. */
+    if (advice_keeps_pages(advice) || !watching_plt() || !iov)
+        return NEXT(process_madvise)(pidfd, iov, n, advice, flags);
+    struct unmap_op op[IOV_OPS];
+    unsigned k = 0;
+    for (size_t i = 0; i < n && i < 1024; i++) {
+        uint64_t s, l;
+        if (!iov[i].iov_len)
+            continue;
+        kernel_range(iov[i].iov_base, iov[i].iov_len, 0, &s, &l);
+        if (k == IOV_OPS) {
+            /* Widen the last one (announced again below with its new range). */
+            uint64_t e = range_end(op[k - 1].start, op[k - 1].len), e2 = range_end(s, l);
+            op[k - 1].start = op[k - 1].start < s ? op[k - 1].start : s;
+            op[k - 1].len = (e > e2 ? e : e2) - op[k - 1].start;
+            continue;
+        }
+        op[k++] = (struct unmap_op){ s, l, 0, MRC_INVAL_MADVISE };
+    }
+    for (unsigned i = 0; i < k; i++)
+        op_begin_range(&op[i], op[i].start, op[i].len, MRC_INVAL_MADVISE);
+    ssize_t rc = NEXT(process_madvise)(pidfd, iov, n, advice, flags);
+    for (unsigned i = 0; i < k; i++)
+        op_done(&op[i]);
+    return rc;
+}
+
+int mrc_on_remap_file_pages(void *addr, size_t size, int prot, size_t pgoff, int flags)
+{
+    /* Emulated by the kernel as an mmap of the same file over the range: its pages are
+     * replaced by those of another offset. */
+    int watch = watching_plt(), keep = mrc_maps_any();
+    if (!watch && !keep)
+        return NEXT(remap_file_pages)(addr, size, prot, pgoff, flags);
+    uint64_t start, plen, rs, re, gen = mrc_maps_gen();
+    kernel_range(addr, size, 0, &start, &plen);
+    struct mrc_map_attr ra;
+    int have = keep && mrc_maps_at(start, &rs, &re, &ra);
+    struct unmap_op op = { .len = 0 };
+    if (watch)
+        op_begin_range(&op, start, plen, MRC_INVAL_MMAP_FIXED);
+    int rc = NEXT(remap_file_pages)(addr, size, prot, pgoff, flags);
+    if (rc == 0 && have && (ra.flags & MRC_MAP_FILE)) {
+        ra.off = (uint64_t)pgoff * mrc_monitor.page_size;
+        mrc_maps_set(start, range_end(start, plen), &ra, gen);
+    }
+    if (watch)
+        op_done(&op);
+    return rc;
+}
+
 void *mrc_on_shmat(int id, const void *addr, int flags)
 {
-    struct shmid_ds ds;
-    if (!watching(MRC_FN_SHMAT) || !(flags & SHM_REMAP) || !addr || shmctl(id, IPC_STAT, &ds) != 0)
+    int watch = (flags & SHM_REMAP) && addr && watching(MRC_FN_SHMAT);
+    int keep = __atomic_load_n(&mrc_maps.on, __ATOMIC_RELAXED);
+    if (!watch && !keep)
         return NEXT(shmat)(id, addr, flags);
-    struct unmap_op op;
-    op_begin(&op, addr, ds.shm_segsz, MRC_INVAL_SHM);
+    int saved = errno;
+    struct shmid_ds ds;
+    int stat_ok = shmctl(id, IPC_STAT, &ds) == 0;
+    errno = saved;
+    /* The segment's page size is not known before it is attached (shm_segsz says 4096
+     * for a SHM_HUGETLB segment attached over a whole huge page): the largest there is. */
+    uint32_t huge = mrc_maps_huge_shift_max();
+    uint64_t psz = huge ? (uint64_t)1 << huge : mrc_monitor.page_size, gen = mrc_maps_gen();
+    struct unmap_op op = { .len = 0 };
+    if (watch && stat_ok)
+        op_begin(&op, addr, ds.shm_segsz, psz, MRC_INVAL_SHM);
     void *p = NEXT(shmat)(id, addr, flags);
-    op_done(&op);
+    if (p != (void *)-1 && keep) {
+        uint64_t end = 0, sid = 0;
+        uint32_t shift = 0;
+        if (!mrc_maps_read_sysv((uintptr_t)p, &end, &sid, &shift) && stat_ok)
+            end = (uintptr_t)p + round_up(ds.shm_segsz, mrc_monitor.page_size);
+        struct mrc_map_attr a = { MRC_MAP_SHARED | MRC_MAP_SYSV, shift, 0, (uint64_t)id, 0 };
+        if (end)
+            mrc_maps_set((uintptr_t)p, end, &a, gen);
+    }
+    if (op.len)
+        op_done(&op);
     return p;
 }
 
-/* The extent of the System V segment attached at addr: the mapping that starts there
- * in /proc/self/maps, with the mappings of the same file that follow it contiguously.
- * Read with raw read(2) into a stack buffer: no malloc, no stdio. 0 if not found. */
-static uint64_t shm_extent(uintptr_t addr)
+/* The span shmdt(addr) detaches: every piece of the attachment at addr (the mappings of
+ * its segment at the offsets an attachment there would have, gaps or not) up to the
+ * segment's size in its pages. 0 if addr starts no attachment. */
+static uint64_t shm_span(uintptr_t addr, uint64_t *id, uint64_t *psz)
 {
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    uint64_t rs, end;
+    struct mrc_map_attr a;
+    uint32_t shift;
+    if (mrc_maps_at(addr, &rs, &end, &a) && rs == addr && (a.flags & MRC_MAP_SYSV)) {
+        *id = a.ino;
+        shift = a.page_shift;
+    } else if (!mrc_maps_read_sysv(addr, &end, id, &shift)) {
         return 0;
-    char buf[8192];
-    size_t have = 0;
-    uintptr_t end = 0;
-    unsigned long inode = 0;
-    int found = 0, done = 0;
-    while (!done) {
-        ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-        buf[have] = 0;
-        char *line = buf, *nl;
-        while ((nl = strchr(line, '\n'))) {
-            *nl = 0;
-            unsigned long s, e, ino = 0, off;
-            char perms[8];
-            unsigned dmaj, dmin;
-            if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &s, &e, perms, &off, &dmaj, &dmin, &ino) == 7) {
-                if (!found && s == addr) {
-                    found = 1;
-                    end = e;
-                    inode = ino;
-                } else if (found) {
-                    if (s == end && ino == inode)
-                        end = e;
-                    else {
-                        done = 1;
-                        break;
-                    }
-                }
-            }
-            line = nl + 1;
-        }
-        have = (size_t)(buf + have - line);
-        memmove(buf, line, have);
     }
-    close(fd);
-    return found ? end - addr : 0;
+    *psz = shift ? (uint64_t)1 << shift : mrc_monitor.page_size;
+    int saved = errno;
+    struct shmid_ds ds;
+    uint64_t limit = UINT64_MAX;
+    if (shmctl((int)*id, IPC_STAT, &ds) == 0) {
+        limit = range_end(addr, round_up(ds.shm_segsz, *psz));
+        end = end > limit ? end : limit;
+    }
+    errno = saved;
+    uint64_t more = mrc_maps_sysv_end(addr, limit, *id);
+    end = more > end ? more : end;
+    return end - addr;
 }
 
 int mrc_on_shmdt(const void *addr)
 {
-    uint64_t len;
-    if (!watching(MRC_FN_SHMDT) || !(len = shm_extent((uintptr_t)addr)))
+    int watch = watching(MRC_FN_SHMDT), keep = mrc_maps_any();
+    uint64_t len, id = 0, psz = mrc_monitor.page_size, gen = mrc_maps_gen();
+    if ((!watch && !keep) || !(len = shm_span((uintptr_t)addr, &id, &psz)))
         return NEXT(shmdt)(addr);
-    struct unmap_op op;
-    op_begin(&op, addr, len, MRC_INVAL_SHM);
+    struct unmap_op op = { .len = 0 };
+    if (watch)
+        op_begin(&op, addr, len, psz, MRC_INVAL_SHM);
     int rc = NEXT(shmdt)(addr);
-    op_done(&op);
+    if (rc == 0 && keep)
+        mrc_maps_clear((uintptr_t)addr, range_end((uintptr_t)addr, len), gen, (int64_t)id);
+    if (watch)
+        op_done(&op);
     return rc;
 }
 
@@ -246,7 +404,7 @@ int mrc_on_brk(void *addr)
     if (!watching(MRC_FN_BRK) || (cur = current_break()) == (void *)-1 || (char *)addr >= cur)
         return NEXT(brk)(addr);
     struct unmap_op op;
-    op_begin(&op, addr, (size_t)(cur - (char *)addr), MRC_INVAL_BRK);
+    op_begin(&op, addr, (size_t)(cur - (char *)addr), 0, MRC_INVAL_BRK);
     int rc = NEXT(brk)(addr);
     op_done(&op);
     return rc;
@@ -258,7 +416,7 @@ void *mrc_monitor_sbrk_shrink(void *(*sbrk_fn)(intptr_t), intptr_t incr)
     if (incr >= 0 || (cur = current_break()) == (void *)-1)
         return sbrk_fn(incr);
     struct unmap_op op;
-    op_begin(&op, cur + incr, (size_t)-incr, MRC_INVAL_BRK);
+    op_begin(&op, cur + incr, (size_t)-incr, 0, MRC_INVAL_BRK);
     void *p = sbrk_fn(incr);
     op_done(&op);
     return p;

@@ -1,9 +1,8 @@
-/* unmap.h - the munmap family as memory events: the range each call takes away,
- * computed before the call, published to the sink before it and again after it
- * (mrc_sink_begin/done). Each function performs the real call and returns its result,
- * with errno as the real call left it. Both sources of these calls land here: the preload
- * hooks (interpose/hooks_mem.c) and libc's patched entry points (patch.c); a function
- * patched in libc is watched whatever the preload source says. */
+/* unmap.h - the munmap family and discarding advice as memory events, from the preload
+ * hooks (interpose/hooks_mem.c) and libc's patched entry points (patch.c): the range each
+ * call changes, published before it and after it, and the registry of special mappings
+ * kept. Each function performs the real call and returns its result with its errno; a
+ * function patched in libc is watched whatever the preload source says. */
 #ifndef MRC_UNMAP_H
 #define MRC_UNMAP_H
 
@@ -13,7 +12,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "monitor/maps.h"
 #include "monitor/sink.h"
+
+struct iovec;
 
 /* The entry points a source can watch; bit (1u << MRC_FN_x) in mrc_monitor.patched. */
 enum mrc_fn {
@@ -59,12 +61,29 @@ void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int
  * export: the other library's hook). */
 void mrc_monitor_next(void *fn);
 
+/* Whether the exported hooks must leave their fast path: the sink is armed, or the
+ * registry holds records (which the munmap family must keep up to date). */
+static inline int mrc_monitor_busy(void)
+{
+    return mrc_sink_armed(&mrc_monitor.sink) || mrc_maps_any();
+}
+
+/* Whether an mmap with these flags may make a mapping the registry keeps: shared,
+ * hugetlb or a file's. Tests the flags only (no load). */
+static inline int mrc_mmap_special(int flags)
+{
+    return (flags & MAP_TYPE) != MAP_PRIVATE || (flags & (MAP_ANONYMOUS | MAP_HUGETLB)) != MAP_ANONYMOUS;
+}
+
 int mrc_on_munmap(void *addr, size_t len);
 /* The same, arriving through source entry point src (ld.so's private munmap). */
 int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len);
 void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void *new_addr);
 int mrc_on_madvise(void *addr, size_t len, int advice);
+/* Each range with the madvise rule, whichever process the pidfd names. */
+ssize_t mrc_on_process_madvise(int pidfd, const struct iovec *iov, size_t n, int advice, unsigned flags);
+int mrc_on_remap_file_pages(void *addr, size_t size, int prot, size_t pgoff, int flags);
 void *mrc_on_shmat(int id, const void *addr, int flags);
 int mrc_on_shmdt(const void *addr);
 int mrc_on_brk(void *addr);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "monitor/glibc_heap.h"
+#include "monitor/maps.h"
 #include "monitor/uffd.h"
 #include "runtime/drainer.h"
 #include "runtime/route.h"
@@ -78,6 +79,7 @@ static void fork_child(void)
     mrc_verbs_fork_child(&mrc_rt.verbs);
     mrc_drainer_forget();
     mrc_uffd_child_reset();
+    mrc_maps_child_reset();
     mrc_rt.fork_gen++;
     mrc_cache_forget(&mrc_rt.cache);
     /* Forked while another thread was writing free's slots back: finish it here. */

@@ -18,6 +18,7 @@
 
 #include "backend/verbs_ops.h"
 #include "monitor/glibc_heap.h"
+#include "monitor/maps.h"
 #include "monitor/patch.h"
 #include "monitor/uffd.h"
 #include "monitor/unmap.h"
@@ -146,6 +147,8 @@ static void sources_install(void)
     sink.source_lost = source_lost;
     mrc_rt.watch_unmaps = (cfg->monitor & MRC_MONITOR_PRELOAD) != 0;
     mrc_monitor_init(&sink, mrc_rt.cache.p.page_size, mrc_rt.watch_unmaps);
+    /* The registry of special mappings, before patching (its self-test maps and unmaps). */
+    mrc_maps_start(mrc_rt.cache.p.page_size, cfg->shared_policy == MRC_CFG_SHARED_CACHE, cfg->monitor != 0);
     mrc_rt.malloc_usable = mrc_rt.watch_unmaps && cfg->malloc_hooks && mrc_glibc_heap_init();
     mrc_glibc_heap_watch(mrc_rt.malloc_usable);
     if (cfg->monitor & MRC_MONITOR_PATCH)
@@ -191,6 +194,8 @@ void mrc_init(void)
         .local_super_mask = mrc_verbs_local_super_mask(),
         .remote_policy = mrc_rt.cfg.remote_policy == MRC_CFG_REMOTE_NEVER ? MRC_REMOTE_NEVER : MRC_REMOTE_EXACT,
         .deferred_full = mrc_drainer_wake,
+        .admit_armed = &mrc_maps.interest,
+        .admit = mrc_rt_admit,
     };
     mrc_cache_init(&mrc_rt.cache, &p);
     struct mrc_verbs_params vp = {

@@ -58,6 +58,10 @@ void mrc_rt_first_registration(void);
 void mrc_rt_dump_at_exit(void);
 void mrc_rt_dump_now(void);
 
+/* The cache's admission (cache params' admit): 1 if the miss over [first, last] must
+ * stay its caller's alone under MRCACHE_SHARED (admit.c). */
+int mrc_rt_admit(void *arg, uint64_t first, uint64_t last);
+
 /* For when an unmap source is lost and cannot be made good: no registration is served
  * from the cache again (those cached are invalidated, later ones pass straight
  * through). Says why, once, as an error. Safe in any hook. */

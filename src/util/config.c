@@ -99,24 +99,33 @@ static int parse_size_or_auto(const char *s, void *f)
     return parse_positive(s, f);
 }
 
-static int parse_remote(const char *s, void *f)
+/* One of n words into an int field: its index, which is the value of the enum the
+ * names are listed in the order of. */
+static int parse_word(const char *s, const char *const *names, int n, void *f)
 {
-    static const char *const names[] = { "exact", "never" };
-    int i = word_index(s, names, 2);
+    int i = word_index(s, names, n);
     if (i < 0)
         return -1;
-    *(int *)f = i ? MRC_CFG_REMOTE_NEVER : MRC_CFG_REMOTE_EXACT;
+    *(int *)f = i;
     return 0;
+}
+
+static int parse_remote(const char *s, void *f)
+{
+    static const char *const names[] = { "exact", "never" };   /* enum mrc_cfg_remote */
+    return parse_word(s, names, 2, f);
+}
+
+static int parse_shared(const char *s, void *f)
+{
+    static const char *const names[] = { "register", "cache" };   /* enum mrc_cfg_shared */
+    return parse_word(s, names, 2, f);
 }
 
 static int parse_log(const char *s, void *f)
 {
     static const char *const names[] = { "error", "warn", "info", "debug" };   /* enum mrc_log_level */
-    int i = word_index(s, names, 4);
-    if (i < 0)
-        return -1;
-    *(int *)f = i;
-    return 0;
+    return parse_word(s, names, 4, f);
 }
 
 /* A yes/no word is a switch, never a file name: MRCACHE_STATS=1 or =on would otherwise
@@ -135,12 +144,8 @@ static int parse_stats(const char *s, void *f)
 
 static int parse_format(const char *s, void *f)
 {
-    static const char *const names[] = { "text", "json" };
-    int i = word_index(s, names, 2);
-    if (i < 0)
-        return -1;
-    *(int *)f = i ? MRC_STATS_JSON : MRC_STATS_TEXT;
-    return 0;
+    static const char *const names[] = { "text", "json" };   /* enum mrc_stats_format */
+    return parse_word(s, names, 2, f);
 }
 
 /* A list of sources separated by commas or '+' (the spelling the statistics use):
@@ -210,6 +215,8 @@ static const struct mrc_config_row rows[] = {
         parse_positive, max_deferred_bytes),
     ROW("MRCACHE_REMOTE", "exact", "remote-access registrations: exact (cached, reused only for the same range and rights) or never (deregistered at ibv_dereg_mr, rkey revoked)",
         parse_remote, remote_policy),
+    ROW("MRCACHE_SHARED", "register", "registrations over memory another process can change (MAP_SHARED files, shm, memfd, shared anonymous): register (for their caller alone, not cached) or cache (cached: only if no other process truncates, punches or MADV_REMOVEs it)",
+        parse_shared, shared_policy),
     ROW("MRCACHE_LOG", "warn", "log level: error, warn, info, debug", parse_log, log_level),
     ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off (or 0, no, false), stderr (or 1, on, yes, true), or a file path where %p is the pid, %h the host, %r the rank (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID), %% a literal %",
         parse_stats, stats),
@@ -249,6 +256,7 @@ static const char *expected(mrc_parse_fn parse)
         { parse_monitor, "auto or patch,preload,uffd" },
         { parse_signal, "none or USR1|USR2|HUP..." },
         { parse_fork, "release, keep or a size" },
+        { parse_shared, "register or cache" },
     };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
         if (words[i].parse == parse)

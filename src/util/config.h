@@ -8,6 +8,7 @@
 
 enum mrc_stats_format { MRC_STATS_TEXT, MRC_STATS_JSON };
 enum mrc_cfg_remote { MRC_CFG_REMOTE_EXACT, MRC_CFG_REMOTE_NEVER };
+enum mrc_cfg_shared { MRC_CFG_SHARED_REGISTER, MRC_CFG_SHARED_CACHE };
 
 struct mrc_config {
     int enable;                 /* 0: every call passes straight through */
@@ -15,6 +16,7 @@ struct mrc_config {
     uint64_t max_bytes;         /* 0 in the table means "auto" until resolved */
     uint64_t max_deferred_bytes;
     int remote_policy;          /* enum mrc_cfg_remote */
+    int shared_policy;          /* enum mrc_cfg_shared */
     int log_level;              /* enum mrc_log_level */
     char stats[256];            /* "auto", "off", "stderr", or a path pattern (%p %h) */
     int stats_format;           /* enum mrc_stats_format */

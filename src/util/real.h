@@ -8,8 +8,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
+struct iovec;
 struct ibv_pd;
 struct ibv_mr;
 struct ibv_context;
@@ -25,6 +27,30 @@ struct mrc_real_fns {
     int (*brk)(void *);
     void *(*sbrk)(intptr_t);
     int (*mprotect)(void *, size_t, int);
+    ssize_t (*process_madvise)(int, const struct iovec *, size_t, int, unsigned);
+    int (*remap_file_pages)(void *, size_t, int, size_t, int);
+    /* libc: what drops pages of a file (each as the program names it) */
+    int (*ftruncate)(int, off_t);
+    int (*ftruncate64)(int, off64_t);
+    int (*truncate)(const char *, off_t);
+    int (*truncate64)(const char *, off64_t);
+    int (*fallocate)(int, int, off_t, off_t);
+    int (*fallocate64)(int, int, off64_t, off64_t);
+    int (*open)(const char *, int, ...);
+    int (*open64)(const char *, int, ...);
+    int (*openat)(int, const char *, int, ...);
+    int (*openat64)(int, const char *, int, ...);
+    int (*open_2)(const char *, int);           /* __open_2: fortified open without a mode */
+    int (*open64_2)(const char *, int);
+    int (*openat_2)(int, const char *, int);
+    int (*openat64_2)(int, const char *, int);
+    int (*creat)(const char *, mode_t);
+    int (*creat64)(const char *, mode_t);
+    FILE *(*fopen)(const char *, const char *);
+    FILE *(*fopen64)(const char *, const char *);
+    FILE *(*freopen)(const char *, const char *, FILE *);
+    FILE *(*freopen64)(const char *, const char *, FILE *);
+    int (*shm_open)(const char *, int, mode_t);
     /* libc: allocator (the next one in the chain, glibc's or a preloaded one's) */
     void (*free)(void *);
     void *(*realloc)(void *, size_t);

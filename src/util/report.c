@@ -114,10 +114,10 @@ static void write_text(struct buf *b, const struct mrc_report *r)
     const uint64_t *v = r->s.v;
     uint64_t saved = mrc_report_saved_ns(r);
     put(b, "libmrcache[%d] statistics (monitor: %s)\n", (int)getpid(), r->monitor);
-    put(b, "  registrations requested %llu: hits %llu, misses %llu, uncached %llu; hit rate %.1f%%\n",
+    put(b, "  registrations requested %llu: hits %llu, misses %llu, uncached %llu (%llu over shared memory); hit rate %.1f%%\n",
         (unsigned long long)v[MRC_STAT_REQUESTS], (unsigned long long)v[MRC_STAT_HITS],
         (unsigned long long)v[MRC_STAT_MISSES], (unsigned long long)v[MRC_STAT_UNCACHED],
-        pct(v[MRC_STAT_HITS], v[MRC_STAT_REQUESTS]));
+        (unsigned long long)v[MRC_STAT_UNCACHED_SHARED], pct(v[MRC_STAT_HITS], v[MRC_STAT_REQUESTS]));
     put(b, "  registrations avoided %llu (real: %llu reg, %llu dereg); merges %llu, evictions %llu, enomem retries %llu, failures %llu\n",
         (unsigned long long)v[MRC_STAT_HITS], (unsigned long long)v[MRC_STAT_REAL_REGS],
         (unsigned long long)v[MRC_STAT_REAL_DEREGS], (unsigned long long)v[MRC_STAT_MERGES],

@@ -14,6 +14,7 @@ const char *const mrc_stat_names[MRC_STAT_LAST] = {
     [MRC_STAT_HITS] = "hits",
     [MRC_STAT_MISSES] = "misses",
     [MRC_STAT_UNCACHED] = "uncached",
+    [MRC_STAT_UNCACHED_SHARED] = "uncached_shared",
     [MRC_STAT_RELEASES] = "releases",
     [MRC_STAT_MERGES] = "merges",
     [MRC_STAT_EVICTIONS] = "evictions",
@@ -49,10 +50,11 @@ const char *const mrc_stat_names[MRC_STAT_LAST] = {
     [MRC_STAT_INVAL_BASE + MRC_INVAL_TRIM] = "inval_trim",
     [MRC_STAT_INVAL_BASE + MRC_INVAL_API] = "inval_api",
     [MRC_STAT_INVAL_BASE + MRC_INVAL_SOURCE_LOST] = "inval_source_lost",
+    [MRC_STAT_INVAL_BASE + MRC_INVAL_FILE] = "inval_file",
 };
 
 const char *const mrc_inval_cause_names[MRC_INVAL_LAST] = {
-    "munmap", "mremap", "madvise", "mmap_fixed", "shm", "brk", "free", "trim", "api", "source_lost",
+    "munmap", "mremap", "madvise", "mmap_fixed", "shm", "brk", "free", "trim", "api", "source_lost", "file",
 };
 
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -19,6 +19,7 @@ enum mrc_inval_cause {
     MRC_INVAL_TRIM,      /* heap trimming inside free, malloc_trim */
     MRC_INVAL_API,       /* asked for by the program or the tests */
     MRC_INVAL_SOURCE_LOST,   /* everything, when an unmap source is lost (a patch given up) */
+    MRC_INVAL_FILE,      /* pages of a mapped file dropped: truncation, fallocate */
     MRC_INVAL_LAST
 };
 
@@ -27,6 +28,7 @@ enum mrc_stat {
     MRC_STAT_HITS,            /* served by a cached registration */
     MRC_STAT_MISSES,          /* needed a new registration */
     MRC_STAT_UNCACHED,        /* passed through: uncacheable flags, policy, disabled */
+    MRC_STAT_UNCACHED_SHARED, /* ... of them, over memory another process may change (MRCACHE_SHARED) */
     MRC_STAT_RELEASES,        /* deregistrations that released a cached handle */
     MRC_STAT_MERGES,          /* entries absorbed into a larger registration */
     MRC_STAT_EVICTIONS,       /* idle entries deregistered to honour a limit */

@@ -65,7 +65,7 @@ for ((i = 0; i < REPS; i++)); do
             env UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MALLOC_RELOC=n \
                 "${NICE[@]}" "$B/bench_ucx" ucx "$W"
         else
-            env LD_PRELOAD="$WT/b$s/libmrcache.so" MRCACHE_STATS=off "${NICE[@]}" "$B/bench_verbs" mrcache "$W"
+            env LD_PRELOAD="$WT/b$s/libmrcache.so" MRCACHE_STATS=off MRCACHE_SHARED=cache "${NICE[@]}" "$B/bench_verbs" mrcache "$W"
         fi | awk -v k="$KEY" '$1 == k {print $2}' >>"$out/$s"
     done
 done

@@ -9,6 +9,8 @@ $(BUILD)/test/test_%: test/preload/test_%.c test/preload/common.h test/preload/s
 
 TEST_BINS += $(PRELOAD_BINS)
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_unmap_paths"
+# Shared memory cached: the shm and MADV_REMOVE paths must then invalidate it themselves.
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_SHARED=cache $(BUILD)/test/test_unmap_paths"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MONITOR=none EXPECT_STALE=1 $(BUILD)/test/test_unmap_paths 2>/dev/null"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_verbs"
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_verbs"

@@ -30,11 +30,16 @@ report no_libibverbs_loaded_by_us $?
 
 # 2. Bad values: exit status 0, one warning per variable naming it and its default.
 LD_PRELOAD=$PRE MRCACHE_MAX_ENTRIES=-5 MRCACHE_REMOTE=sometimes MRCACHE_LOG=loud \
-    MRCACHE_MAX_BYTES=lots MRCACHE_ENABLE=maybe MRCACHE_STATS_FORMAT=xml /bin/true 2>"$tmp/bad.err"
+    MRCACHE_MAX_BYTES=lots MRCACHE_ENABLE=maybe MRCACHE_STATS_FORMAT=xml MRCACHE_SHARED=never \
+    /bin/true 2>"$tmp/bad.err"
 rc=$?
 n=$(grep -c 'is not valid' "$tmp/bad.err")
-[ $rc -eq 0 ] && [ "$n" -eq 6 ] && grep -q 'MRCACHE_MAX_ENTRIES="-5".*using 65536' "$tmp/bad.err"
+[ $rc -eq 0 ] && [ "$n" -eq 7 ] && grep -q 'MRCACHE_MAX_ENTRIES="-5".*using 65536' "$tmp/bad.err"
 report bad_values_warn_once_each $?
+# A word-valued setting's warning names the words, on one short line.
+line=$(grep 'MRCACHE_SHARED="never"' "$tmp/bad.err")
+[ -n "$line" ] && [ "${#line}" -lt 120 ] && case $line in *'(expected register or cache); using register') ;; *) false ;; esac
+report bad_shared_value_one_short_line $?
 
 # 3. MRCACHE_HELP prints every variable, and the README documents every one of them.
 LD_PRELOAD=$PRE MRCACHE_HELP=1 /bin/true 2>"$tmp/help"

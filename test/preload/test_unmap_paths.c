@@ -198,6 +198,47 @@ static void test_shmdt_shmat(void)
     shmctl(id2, IPC_RMID, NULL);
 }
 
+/* MRCACHE_SHARED: memory another process can change is registered anew for each caller
+ * by default (counted as uncached, and as uncached_shared in the JSON), cached under
+ * MRCACHE_SHARED=cache (and with no monitor, where nothing is kept track of). */
+static void test_shared_memory_policy(void)
+{
+    const char *v = getenv("MRCACHE_SHARED");
+    int cached = (v && !strcmp(v, "cache")) || mrcache_monitors() == 0;
+    char *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(p != MAP_FAILED);
+    if (p == MAP_FAILED)
+        return;
+    struct ibv_mr *a = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    CHECK(a && ibv_dereg_mr(a) == 0);
+    struct mrcache_stats s0, s1;
+    CHECK(mrcache_stats_read(sizeof(s0), &s0) == 0);
+    uint64_t regs = nic_regs();
+    struct ibv_mr *b = ibv_reg_mr(pd, p, LEN, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    CHECK(b && write_visible(b, p, LEN, 0x33));
+    CHECK(mrcache_stats_read(sizeof(s1), &s1) == 0);
+    if (cached)
+        CHECKF(nic_regs() == regs && s1.hits == s0.hits + 1, "cached: %llu registrations",
+               (unsigned long long)(nic_regs() - regs));
+    else
+        CHECKF(nic_regs() == regs + 1 && s1.uncached == s0.uncached + 1 && s1.hits == s0.hits,
+               "not cached: %llu registrations, %llu uncached", (unsigned long long)(nic_regs() - regs),
+               (unsigned long long)(s1.uncached - s0.uncached));
+    CHECK(b && ibv_dereg_mr(b) == 0);
+    int fd = memfd_create("stats", MFD_CLOEXEC);
+    char json[65536] = "";
+    if (fd >= 0 && mrcache_stats_dump(fd, MRCACHE_DUMP_JSON) == 0) {
+        ssize_t n = pread(fd, json, sizeof(json) - 1, 0);
+        json[n > 0 ? n : 0] = 0;
+    }
+    const char *c = strstr(json, "\"uncached_shared\": ");
+    CHECKF(c && (cached ? atoll(c + 19) == 0 : atoll(c + 19) >= 2), "uncached_shared in the JSON: %s",
+           c ? c + 19 : "absent");
+    if (fd >= 0)
+        close(fd);
+    munmap(p, LEN);
+}
+
 static void ch_brk(void *p, size_t len)
 {
     CHECK(sbrk(-(intptr_t)len) != (void *)-1);
@@ -335,6 +376,7 @@ int main(void)
     RUN(test_madvise_remove);
     RUN(test_shmat_remap);
     RUN(test_shmdt_shmat);
+    RUN(test_shared_memory_policy);
     RUN(test_brk_shrink);
     /* The userfaultfd reports MADV_FREE as it does MADV_DONTNEED: the source invalidates. */
     if (expect_stale)

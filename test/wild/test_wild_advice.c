@@ -271,7 +271,7 @@ static void other_case(char *p, int advice, int discarding, const char *what)
     int pipefd[2];
     CHECK(pipe(pipefd) == 0);
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = _Fork();   /* no fork handlers: an unrelated process, see test_wild_shared.c */
     if (pid == 0) {
         int fd = pidfd_open(parent, 0);
         int rc = fd < 0 ? errno : process_advise(fd, p, LEN, advice);

@@ -2,7 +2,10 @@
  * truncation (ftruncate, truncate, open with O_TRUNC, fopen "w", in the forms glibc 2.36
  * exports) and fallocate (punch hole, collapse, insert, zero range), on a memfd, a
  * shm_open object, a tmpfs file, a disk file and a hugetlbfs memfd; and a MAP_PRIVATE
- * file mapping truncated under its private copies. A mode the file system lacks is SKIP. */
+ * file mapping truncated under its private copies. A mode the file system lacks is SKIP.
+ * MAP_SHARED registrations are cached only under MRCACHE_SHARED=cache (the run that
+ * proves the file hooks on them); MAP_PRIVATE ones always. openat2 has no libc function
+ * (syscall(2) only): a known limit (TODO) where the mapping is cached. */
 #include <linux/falloc.h>
 #include <sys/syscall.h>
 
@@ -242,6 +245,10 @@ static int registrable(struct file *f, void *p, size_t len)
     return 0;
 }
 
+/* A change made with no libc function to hook (syscall(2)): a known limit wherever the
+ * mapping is cached (MAP_PRIVATE; MAP_SHARED under MRCACHE_SHARED=cache). */
+static int no_libc_function(change_fn change);
+
 /* Register the buffer, change the file, register the buffer again. */
 static void file_case(enum backing_kind kind, int map_flags, change_fn change, const char *what)
 {
@@ -262,9 +269,16 @@ static void file_case(enum backing_kind kind, int map_flags, change_fn change, c
         wild_skip("%s on %s left the mapped pages in place", what, backing_name[kind]);
         goto out;
     }
+    if (no_libc_function(change) && (map_flags == MAP_PRIVATE ? wild_preloaded() : wild_shared_cached()))
+        wild_todo("syscall(SYS_openat2) calls no libc function a preload can see");
     registered_again(buf, len, what);
 out:
     file_close(&f);
+}
+
+static int no_libc_function(change_fn change)
+{
+    return change == ch_openat2_trunc;
 }
 
 /* ---- the table: every change on every backing it applies to ---- */
@@ -356,6 +370,11 @@ static void test_private_file_mapping_zero_range_on_disk_file(void)
     file_case(DISK_FILE, MAP_PRIVATE, ch_zero_range, "fallocate(ZERO_RANGE) under a MAP_PRIVATE mapping");
 }
 
+static void test_private_file_mapping_openat2_o_trunc_on_memfd(void)
+{
+    file_case(MEMFD, MAP_PRIVATE, ch_openat2_trunc, "openat2(O_TRUNC) under a MAP_PRIVATE mapping");
+}
+
 /* A MAP_PRIVATE mapping read before its registration (the file's pages mapped, not yet
  * copied): the registration's copy and the truncation both happen to it. */
 static void test_private_file_mapping_read_first_then_truncated(void)
@@ -397,6 +416,7 @@ int main(void)
     WILD_RUN(test_private_file_mapping_truncated_on_memfd);
     WILD_RUN(test_private_file_mapping_truncated_on_disk_file);
     WILD_RUN(test_private_file_mapping_read_first_then_truncated);
+    WILD_RUN(test_private_file_mapping_openat2_o_trunc_on_memfd);
     WILD_RUN(test_private_file_mapping_punch_hole_on_memfd);
     WILD_RUN(test_private_file_mapping_punch_hole_on_disk_file);
     WILD_RUN(test_private_file_mapping_collapse_range_on_disk_file);

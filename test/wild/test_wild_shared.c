@@ -2,7 +2,9 @@
  * intra-node pattern: shm_open/memfd/SysV/shared anonymous segments among local ranks).
  * Its munmap and remap change only its own mappings (tested: our pages stay); what frees
  * ours is truncating or punching the shared file, or MADV_REMOVE of the shared memory.
- * No hook in our process sees those: only the kernel knows. */
+ * No hook in our process sees those: only the kernel knows. So registrations over shared
+ * memory are not cached by default (MRCACHE_SHARED=register: these pass); under
+ * MRCACHE_SHARED=cache the discarding ones are the documented limit (TODO). */
 #include <linux/falloc.h>
 #include <sys/ipc.h>
 #include <sys/shm.h>
@@ -22,12 +24,14 @@ static int page_replaced(const char *p, uint64_t before_frame)
     return v != 0x11;
 }
 
-/* Runs other(arg) in another process (a fork: it has the same mappings and files) and
- * waits for it; its nonzero result fails the test. */
+/* Runs other(arg) in another process (a copy: it has the same mappings and files) and
+ * waits for it; its nonzero result fails the test. _Fork, not fork: fork's handlers let
+ * libmrcache release idle registrations first, and the other process stands for an
+ * unrelated one (another rank on the node), whose start releases nothing here. */
 static void in_other_process(int (*other)(void *), void *arg)
 {
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = _Fork();
     if (pid == 0)
         _exit(other(arg));
     int st = 0;
@@ -49,6 +53,8 @@ static void shared_case(char *p, int (*other)(void *), void *arg, int discarding
     }
     if (!discarding)
         CHECKF(!page_replaced(p, frame), "%s changed our pages", what);
+    if (discarding && wild_shared_cached())
+        wild_todo("MRCACHE_SHARED=cache: another process's change to shared memory is seen by no hook here");
     registered_again(p, LEN, what);
 }
 

@@ -1,7 +1,8 @@
 /* test_wild_shmdt.c - shmdt of a System V segment whose attachment a munmap split in two:
  * the kernel detaches every piece of that attachment (all mappings of the segment's file
  * at the matching offsets, up to its size), gap or not. A buffer registered in the piece
- * past the gap is changed by it, then mapped again and registered again. */
+ * past the gap is changed by it, then mapped again and registered again. A segment is
+ * shared memory, cached only under MRCACHE_SHARED=cache: the run that proves the hook. */
 #include <sys/ipc.h>
 #include <sys/shm.h>
 

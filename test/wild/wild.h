@@ -17,6 +17,10 @@
 
 /* Why the running test cannot show its change here; empty while it can. */
 static char wild_skip_why[256];
+/* Why the running test's change is a known limit in this run (no source of the run can
+ * see it); empty while the test must pass. Failures before it was declared stay failures. */
+static char wild_todo_why[256];
+static int wild_todo_at;
 
 __attribute__((format(printf, 1, 2), unused)) static void wild_skip(const char *fmt, ...)
 {
@@ -39,18 +43,52 @@ __attribute__((format(printf, 1, 2), unused)) static void wild_note(const char *
     fflush(stdout);
 }
 
-/* check_run with a pd of its own (a stale entry of one test never serves another) and a
- * SKIP the test can declare: a failed CHECK still fails it. */
+/* The run's limit for the check that follows: its failure is reported as "not ok - name
+ * # TODO why" (counted apart, not as a failure), a pass as "ok - name # TODO why" (the
+ * limit is gone). Declared only in the run where no source sees the change, right
+ * before the check it excuses. */
+__attribute__((format(printf, 1, 2), unused)) static void wild_todo(const char *fmt, ...)
+{
+    wild_todo_at = check_failures;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(wild_todo_why, sizeof(wild_todo_why), fmt, ap);
+    va_end(ap);
+}
+
+/* Whether libmrcache is preloaded in this run (mrcache_monitors() answers). */
+static inline int wild_preloaded(void)
+{
+    return mrcache_monitors() >= 0;
+}
+
+/* Whether this run caches registrations over shared memory (MRCACHE_SHARED=cache): then
+ * a change another process, or no libc call, makes to it is a known limit. */
+static inline int wild_shared_cached(void)
+{
+    const char *v = getenv("MRCACHE_SHARED");
+    return wild_preloaded() && v && !strcmp(v, "cache");
+}
+
+/* check_run with a pd of its own (a stale entry of one test never serves another), a
+ * SKIP the test can declare (a failed CHECK still fails it) and a TODO for the run's
+ * known limit. */
 static inline void wild_run(const char *name, void (*fn)(void))
 {
     new_pd();
     wild_skip_why[0] = 0;
+    wild_todo_why[0] = 0;
+    wild_todo_at = 0;
     check_failures = 0;
     fn();
     fflush(stderr);
-    if (check_failures) {
+    if (wild_todo_why[0] && !wild_todo_at && check_failures) {
+        printf("not ok - %s # TODO %s\n", name, wild_todo_why);
+    } else if (check_failures) {
         check_tests_failed++;
         printf("not ok - %s\n", name);
+    } else if (wild_todo_why[0] && !wild_skip_why[0]) {
+        printf("ok - %s # TODO %s\n", name, wild_todo_why);
     } else if (wild_skip_why[0]) {
         check_skip(name, wild_skip_why);
     } else {

@@ -1,0 +1,888 @@
+/* maps.c - the registry (maps.h): a sorted array of records read under a sequence count
+ * and changed under a short lock; the hugetlb page sizes and their file systems;
+ * /proc/self/maps read into a stack buffer. Invariants: arrays are never unmapped (a
+ * reader of an old copy reads again); no malloc, no call into the cache; a record that
+ * cannot be kept makes the registry lost, and every answer the worst case. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "monitor/maps.h"
+#include "util/rawmem.h"
+
+#define HUGETLBFS_MAGIC 0x958458f6
+#define LOST_BIAS (1u << 30)     /* added to the counters once lost: they never reach 0 again */
+
+struct mrc_maps_words mrc_maps = { .lo = UINT64_MAX };
+
+/* ---- records ---- */
+
+struct rec {
+    uint64_t start, end, dev, ino, off, gen;
+    uint32_t flags, shift;
+    uint64_t spare;
+};
+
+/* Each array's first slot holds its capacity (in spare), so a reader that loaded an old
+ * array with a newer count reads only what that array holds. */
+#define STATIC_RECS 32
+static struct rec static_block[STATIC_RECS + 1] = { [0] = { .spare = STATIC_RECS } };
+static struct rec *recs = static_block + 1;   /* published with a release store (inside a write) */
+static uint32_t cap = STATIC_RECS;
+static uint32_t seq;                     /* odd while a writer changes the array */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t base = 4096;
+static int shared_cached;
+
+/* Acquire loads and release stores throughout (plain moves on x86): a reader's loads of
+ * a record then happen before its second look at the sequence, and a writer's stores
+ * after its first (the sequence count without fences, which ThreadSanitizer lacks). */
+#define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+static void rec_load(struct rec *dst, const struct rec *src)
+{
+    dst->start = LD(&src->start);
+    dst->end = LD(&src->end);
+    dst->dev = LD(&src->dev);
+    dst->ino = LD(&src->ino);
+    dst->off = LD(&src->off);
+    dst->gen = LD(&src->gen);
+    dst->flags = LD(&src->flags);
+    dst->shift = LD(&src->shift);
+    dst->spare = 0;
+}
+
+static void rec_store(struct rec *dst, const struct rec *src)
+{
+    ST(&dst->start, src->start);
+    ST(&dst->end, src->end);
+    ST(&dst->dev, src->dev);
+    ST(&dst->ino, src->ino);
+    ST(&dst->off, src->off);
+    ST(&dst->gen, src->gen);
+    ST(&dst->flags, src->flags);
+    ST(&dst->shift, src->shift);
+}
+
+/* A file's mapping whose registrations are cached (shared ones only if shared memory is). */
+static int cached_file(uint32_t flags)
+{
+    return (flags & MRC_MAP_FILE) && (!(flags & MRC_MAP_SHARED) || shared_cached);
+}
+
+static int refused(uint32_t flags)
+{
+    return (flags & MRC_MAP_SHARED) && !shared_cached;
+}
+
+static void interest_update(void)
+{
+    uint32_t v = mrc_maps.nrefused + (mrc_maps.files_cached ? 0 : mrc_maps.nfile);
+    __atomic_store_n(&mrc_maps.interest, mrc_maps.lost ? v + LOST_BIAS : v, __ATOMIC_SEQ_CST);
+}
+
+/* Counts r in (sign 1) or out of (-1) the words the hooks read. Under the lock. */
+static void account(const struct rec *r, int sign)
+{
+    uint32_t d = (uint32_t)sign;
+    ST(&mrc_maps.n, mrc_maps.n + d);
+    if (r->shift)
+        ST(&mrc_maps.nhuge, mrc_maps.nhuge + d);
+    if (refused(r->flags))
+        ST(&mrc_maps.nrefused, mrc_maps.nrefused + d);
+    if (cached_file(r->flags))
+        ST(&mrc_maps.nfile, mrc_maps.nfile + d);
+    interest_update();
+}
+
+/* The first record (of n in v) whose end lies past addr. */
+static uint32_t find(const struct rec *v, uint32_t n, uint64_t addr)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (LD(&v[mid].end) <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* ---- writers: under the lock, inside a write section ---- */
+
+static void lose(void)
+{
+    if (mrc_maps.lost)
+        return;
+    ST(&mrc_maps.lost, 1u);
+    ST(&mrc_maps.files_cached, 1u);
+    ST(&mrc_maps.nhuge, mrc_maps.nhuge + LOST_BIAS);
+    interest_update();
+}
+
+/* Room for extra more records; 0 or -1 (then the registry is lost). */
+static int reserve(uint32_t extra)
+{
+    uint32_t n = mrc_maps.n;
+    if (n + extra <= cap)
+        return 0;
+    uint32_t ncap = cap * 2;
+    while (ncap < n + extra)
+        ncap *= 2;
+    struct rec *v = mrc_raw_map(((size_t)ncap + 1) * sizeof(struct rec), 0);
+    if (!v) {
+        lose();
+        return -1;
+    }
+    v[0].spare = ncap;
+    v++;
+    memcpy(v, recs, (size_t)n * sizeof(struct rec));
+    __atomic_store_n(&recs, v, __ATOMIC_RELEASE);
+    cap = ncap;
+    return 0;
+}
+
+static void write_begin(void)
+{
+    pthread_mutex_lock(&lock);
+    ST(&seq, seq + 1);
+}
+
+static void write_end(void)
+{
+    uint32_t n = mrc_maps.n;
+    __atomic_store_n(&mrc_maps.lo, n ? recs[0].start : UINT64_MAX, __ATOMIC_RELEASE);
+    __atomic_store_n(&mrc_maps.hi, n ? recs[n - 1].end : 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&seq, seq + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&lock);
+}
+
+static void remove_at(uint32_t i)
+{
+    uint32_t n = mrc_maps.n;
+    for (uint32_t j = i; j + 1 < n; j++)
+        rec_store(&recs[j], &recs[j + 1]);
+}
+
+/* Inserts r at i (room reserved; n counted by account). */
+static void insert_at(uint32_t i, const struct rec *r)
+{
+    for (uint32_t j = mrc_maps.n; j > i; j--)
+        rec_store(&recs[j], &recs[j - 1]);
+    rec_store(&recs[i], r);
+}
+
+/* Cuts [start, end) out of the records made at or before gen (of segment sysv_id only,
+ * if >= 0). At most one record grows into two: room for one more must be reserved. */
+static void clear_locked(uint64_t start, uint64_t end, uint64_t gen, int64_t sysv_id)
+{
+    uint32_t i = find(recs, mrc_maps.n, start);
+    while (i < mrc_maps.n && recs[i].start < end) {
+        struct rec r = recs[i];
+        if (r.gen > gen || (sysv_id >= 0 && (!(r.flags & MRC_MAP_SYSV) || r.ino != (uint64_t)sysv_id))) {
+            i++;
+            continue;
+        }
+        remove_at(i);
+        account(&r, -1);
+        if (r.start < start) {
+            struct rec left = r;
+            left.end = start;
+            insert_at(i++, &left);
+            account(&left, 1);
+        }
+        if (r.end > end) {
+            struct rec right = r;
+            right.start = end;
+            if (r.flags & (MRC_MAP_FILE | MRC_MAP_SYSV))
+                right.off += end - r.start;
+            insert_at(i++, &right);
+            account(&right, 1);
+        }
+    }
+}
+
+/* Records [start, end) as a says, cut from older records (under the lock). */
+static void set_locked(uint64_t start, uint64_t end, const struct mrc_map_attr *a, uint64_t gen)
+{
+    clear_locked(start, end, gen, -1);
+    uint32_t i = find(recs, mrc_maps.n, start);
+    if (i < mrc_maps.n && recs[i].start < end) {
+        /* A record made since gen overlaps: a mapping made there meanwhile, in an order
+         * we cannot tell. It stays, as special as either could be. */
+        for (; i < mrc_maps.n && recs[i].start < end; i++) {
+            struct rec r = recs[i];
+            account(&r, -1);
+            r.flags |= a->flags & MRC_MAP_SHARED;
+            r.shift = r.shift > a->page_shift ? r.shift : a->page_shift;
+            rec_store(&recs[i], &r);
+            account(&r, 1);
+        }
+        return;
+    }
+    struct rec r = { .start = start, .end = end, .dev = a->dev, .ino = a->ino, .off = a->off,
+                     .gen = mrc_maps.gen + 1, .flags = a->flags, .shift = a->page_shift };
+    insert_at(i, &r);
+    account(&r, 1);
+    __atomic_store_n(&mrc_maps.gen, r.gen, __ATOMIC_RELEASE);
+}
+
+void mrc_maps_set(uint64_t start, uint64_t end, const struct mrc_map_attr *a, uint64_t gen)
+{
+    if (!a || !(a->flags || a->page_shift)) {
+        mrc_maps_clear(start, end, gen, -1);   /* no lock unless something is there */
+        return;
+    }
+    if (!LD(&mrc_maps.on) || start >= end)
+        return;
+    int saved = errno;
+    write_begin();
+    if (reserve(2) == 0)
+        set_locked(start, end, a, gen);
+    write_end();
+    errno = saved;
+}
+
+/* ---- readers: no lock; a read is retried while a writer moved the sequence ---- */
+
+struct reader {
+    uint32_t s;
+    const struct rec *v;
+    uint32_t n;
+};
+
+static void read_begin(struct reader *r)
+{
+    for (;;) {
+        r->s = __atomic_load_n(&seq, __ATOMIC_ACQUIRE);
+        if (!(r->s & 1))
+            break;
+        __builtin_ia32_pause();
+    }
+    r->v = __atomic_load_n(&recs, __ATOMIC_ACQUIRE);
+    r->n = LD(&mrc_maps.n);
+    uint64_t c = LD(&r->v[-1].spare);
+    if (r->n > c)   /* a torn view: the sequence check rejects it */
+        r->n = (uint32_t)c;
+}
+
+static int read_again(const struct reader *r)
+{
+    return LD(&seq) != r->s;
+}
+
+/* Calls fn(r, in, out) for the records overlapping [start, end) in address order, until
+ * it returns non-zero, over one consistent view: out (out_size bytes) is zeroed before
+ * each attempt, since a writer may make the reader start again. */
+typedef int (*visit_fn)(const struct rec *r, const void *in, void *out);
+
+static void visit(uint64_t start, uint64_t end, visit_fn fn, const void *in, void *out, size_t out_size)
+{
+    struct reader rd;
+    do {
+        read_begin(&rd);
+        memset(out, 0, out_size);
+        for (uint32_t i = find(rd.v, rd.n, start); i < rd.n; i++) {
+            struct rec r;
+            rec_load(&r, &rd.v[i]);
+            if (r.start >= end || fn(&r, in, out))
+                break;
+        }
+    } while (read_again(&rd));
+}
+
+/* Whether any record overlaps [start, end): the common answer (no) in a few loads, for
+ * the paths that ask on every call (a miss's admission, an unmap's cut). */
+/* Whether [start, end) lies outside every record's bounds: then no look at the records
+ * is needed (a record made later describes a mapping made after this call's range was
+ * known, or announced to the sink). */
+static int outside(uint64_t start, uint64_t end)
+{
+    return end <= __atomic_load_n(&mrc_maps.lo, __ATOMIC_ACQUIRE) ||
+           start >= __atomic_load_n(&mrc_maps.hi, __ATOMIC_ACQUIRE);
+}
+
+#define OVERLAPS 0x80000000u
+
+/* The flags of the records overlapping [start, end), with OVERLAPS if there is one: the
+ * common answer (none) in a few loads, for the paths that ask on every call (a miss's
+ * admission, an unmap's cut, the page size of a range). */
+static uint32_t overlap_flags(uint64_t start, uint64_t end)
+{
+    if (outside(start, end))
+        return 0;
+    struct reader rd;
+    uint32_t any;
+    do {
+        read_begin(&rd);
+        any = 0;
+        for (uint32_t i = find(rd.v, rd.n, start); i < rd.n && LD(&rd.v[i].start) < end; i++)
+            any |= LD(&rd.v[i].flags) | OVERLAPS;
+    } while (read_again(&rd));
+    return any;
+}
+
+static int any_overlap(uint64_t start, uint64_t end)
+{
+    return overlap_flags(start, end) != 0;
+}
+
+struct older_in {
+    uint64_t gen;
+    int64_t sysv_id;
+};
+
+static int older_fn(const struct rec *r, const void *in, void *out)
+{
+    const struct older_in *o = in;
+    int *found = out;
+    *found = r->gen <= o->gen && (o->sysv_id < 0 || ((r->flags & MRC_MAP_SYSV) && r->ino == (uint64_t)o->sysv_id));
+    return *found;
+}
+
+void mrc_maps_clear(uint64_t start, uint64_t end, uint64_t gen, int64_t sysv_id)
+{
+    if (!mrc_maps_any() || start >= end || !any_overlap(start, end))
+        return;
+    struct older_in in = { gen, sysv_id };
+    int found;
+    visit(start, end, older_fn, &in, &found, sizeof(found));
+    if (!found)
+        return;   /* nothing to cut: no lock */
+    int saved = errno;
+    write_begin();
+    if (reserve(1) == 0)
+        clear_locked(start, end, gen, sysv_id);
+    write_end();
+    errno = saved;
+}
+
+static int shift_fn(const struct rec *r, const void *in, void *out)
+{
+    (void)in;
+    uint32_t *shift = out;
+    *shift = r->shift > *shift ? r->shift : *shift;
+    return 0;
+}
+
+uint64_t mrc_maps_page_size(uint64_t start, uint64_t end)
+{
+    if (__builtin_expect(!LD(&mrc_maps.nhuge), 1))
+        return base;
+    if (LD(&mrc_maps.lost))
+        return mrc_maps_huge_shift_max() ? (uint64_t)1 << mrc_maps_huge_shift_max() : base;
+    if (!any_overlap(start, end))
+        return base;
+    uint32_t shift;
+    visit(start, end, shift_fn, NULL, &shift, sizeof(shift));
+    return shift ? (uint64_t)1 << shift : base;
+}
+
+static int first_fn(const struct rec *r, const void *in, void *out)
+{
+    (void)in;
+    *(struct rec *)out = *r;
+    return 1;
+}
+
+int mrc_maps_at(uint64_t addr, uint64_t *start, uint64_t *end, struct mrc_map_attr *a)
+{
+    if (!mrc_maps_any())
+        return 0;
+    struct rec r;
+    visit(addr, addr + 1, first_fn, NULL, &r, sizeof(r));
+    if (r.end <= addr || r.start > addr)
+        return 0;
+    *start = r.start;
+    *end = r.end;
+    *a = (struct mrc_map_attr){ r.flags, r.shift, r.dev, r.ino, r.off };
+    return 1;
+}
+
+static int sysv_end_fn(const struct rec *r, const void *in, void *out)
+{
+    uint64_t *end = out;
+    if ((r->flags & MRC_MAP_SYSV) && r->ino == *(const uint64_t *)in && r->end > *end)
+        *end = r->end;
+    return 0;
+}
+
+uint64_t mrc_maps_sysv_end(uint64_t addr, uint64_t limit, uint64_t id)
+{
+    if (!mrc_maps_any())
+        return 0;
+    uint64_t end;
+    visit(addr, limit, sysv_end_fn, &id, &end, sizeof(end));
+    return end;
+}
+
+int mrc_maps_admit(uint64_t first, uint64_t last)
+{
+    if (LD(&mrc_maps.lost))
+        return !shared_cached;
+    uint32_t any = overlap_flags(first, last == UINT64_MAX ? UINT64_MAX : last + 1);
+    if (refused(any))
+        return 1;
+    /* Set before the registration is made, so that a truncation that found it clear
+     * has either run before the pages are pinned or looks again after its call. */
+    if (cached_file(any) && !LD(&mrc_maps.files_cached)) {
+        pthread_mutex_lock(&lock);
+        __atomic_store_n(&mrc_maps.files_cached, 1u, __ATOMIC_SEQ_CST);
+        interest_update();
+        pthread_mutex_unlock(&lock);
+    }
+    return 0;
+}
+
+#define MAX_FILE_RANGES 8
+struct file_in {
+    uint64_t dev, ino, lo, hi;
+    unsigned max;
+};
+
+struct file_out {
+    unsigned k;
+    uint64_t start[MAX_FILE_RANGES], len[MAX_FILE_RANGES];
+};
+
+static int file_fn(const struct rec *r, const void *in, void *out)
+{
+    const struct file_in *f = in;
+    struct file_out *o = out;
+    uint64_t flen = r->end - r->start;
+    if (!(r->flags & MRC_MAP_FILE) || r->dev != f->dev || r->ino != f->ino ||
+        r->off >= f->hi || r->off + flen <= f->lo)
+        return 0;
+    uint64_t a = r->start + (f->lo > r->off ? f->lo - r->off : 0);
+    uint64_t b = f->hi - r->off >= flen ? r->end : r->start + (f->hi - r->off);
+    uint64_t m = (r->shift ? (uint64_t)1 << r->shift : base) - 1;
+    a &= ~m;
+    b = (b + m) < b ? UINT64_MAX : (b + m) & ~m;
+    if (o->k < f->max) {
+        o->start[o->k] = a;
+        o->len[o->k++] = b - a;
+        return 0;
+    }
+    /* Folded into the last: its union with this one. */
+    unsigned l = f->max - 1;
+    uint64_t st = o->start[l] < a ? o->start[l] : a, e = o->start[l] + o->len[l];
+    e = e > b ? e : b;
+    o->start[l] = st;
+    o->len[l] = e - st;
+    return 0;
+}
+
+unsigned mrc_maps_file_ranges(uint64_t dev, uint64_t ino, uint64_t lo, uint64_t hi, uint64_t *start, uint64_t *len,
+                              unsigned max)
+{
+    if (!max)
+        return 0;
+    if (LD(&mrc_maps.lost)) {
+        start[0] = 0;
+        len[0] = UINT64_MAX;
+        return 1;
+    }
+    struct file_in in = { dev, ino, lo, hi, max < MAX_FILE_RANGES ? max : MAX_FILE_RANGES };
+    struct file_out o;
+    visit(0, UINT64_MAX, file_fn, &in, &o, sizeof(o));
+    memcpy(start, o.start, o.k * sizeof(*start));
+    memcpy(len, o.len, o.k * sizeof(*len));
+    return o.k;
+}
+
+/* ---- hugetlb: the page sizes there are, and the file systems that have them ---- */
+
+#define MAX_HUGE_FS 8
+static struct { uint64_t dev; uint32_t shift; } huge_fs[MAX_HUGE_FS];
+static unsigned nhuge_fs;
+static uint32_t huge_default, huge_max;   /* page shifts (0: no hugetlb) */
+
+static void huge_fs_add(uint64_t dev, uint32_t shift)
+{
+    for (unsigned i = 0; i < nhuge_fs; i++)
+        if (huge_fs[i].dev == dev)
+            return;
+    if (nhuge_fs < MAX_HUGE_FS) {
+        huge_fs[nhuge_fs].dev = dev;
+        huge_fs[nhuge_fs++].shift = shift;
+    }
+    huge_max = shift > huge_max ? shift : huge_max;
+}
+
+static uint32_t huge_shift_of_dev(uint64_t dev)
+{
+    for (unsigned i = 0; i < nhuge_fs; i++)
+        if (huge_fs[i].dev == dev)
+            return huge_fs[i].shift;
+    return 0;
+}
+
+uint32_t mrc_maps_huge_shift_max(void)
+{
+    return huge_max;
+}
+
+static uint32_t log2_of(uint64_t v)
+{
+    return v ? 63u - (uint32_t)__builtin_clzll(v) : 0;
+}
+
+/* ---- reading /proc files line by line, into a stack buffer ---- */
+
+static unsigned long hex(const char **s)
+{
+    unsigned long v = 0;
+    for (;; (*s)++) {
+        char c = **s;
+        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0') : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10) : 16;
+        if (d == 16)
+            return v;
+        v = v * 16 + d;
+    }
+}
+
+static unsigned long dec(const char **s)
+{
+    unsigned long v = 0;
+    for (; **s >= '0' && **s <= '9'; (*s)++)
+        v = v * 10 + (unsigned long)(**s - '0');
+    return v;
+}
+
+static void skip_spaces(const char **s)
+{
+    while (**s == ' ' || **s == '\t')
+        (*s)++;
+}
+
+/* Calls fn(line, arg) for each line of path until it returns non-zero; 0, or -1 if the
+ * file cannot be read. */
+static int read_lines(const char *path, int (*fn)(const char *line, void *arg), void *arg)
+{
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    char buf[8192];
+    size_t have = 0;
+    int stop = 0;
+    while (!stop) {
+        ssize_t got = read(fd, buf + have, sizeof(buf) - 1 - have);
+        if (got <= 0)
+            break;
+        have += (size_t)got;
+        buf[have] = 0;
+        char *line = buf, *nl;
+        while (!stop && (nl = strchr(line, '\n'))) {
+            *nl = 0;
+            stop = fn(line, arg);
+            line = nl + 1;
+        }
+        have = (size_t)(buf + have - line);
+        if (have == sizeof(buf) - 1)
+            have = 0;   /* a line longer than the buffer: dropped */
+        memmove(buf, line, have);
+    }
+    close(fd);
+    return 0;
+}
+
+struct mline {
+    uint64_t start, end, off, dev, ino;
+    char perms[5];
+    const char *path;
+};
+
+static int parse_mline(const char *s, struct mline *l)
+{
+    l->start = hex(&s);
+    if (*s++ != '-')
+        return -1;
+    l->end = hex(&s);
+    skip_spaces(&s);
+    for (int i = 0; i < 4; i++)
+        l->perms[i] = *s ? *s++ : '-';
+    l->perms[4] = 0;
+    skip_spaces(&s);
+    l->off = hex(&s);
+    skip_spaces(&s);
+    unsigned long maj = hex(&s);
+    if (*s++ != ':')
+        return -1;
+    unsigned long min = hex(&s);
+    l->dev = makedev(maj, min);
+    skip_spaces(&s);
+    l->ino = dec(&s);
+    skip_spaces(&s);
+    l->path = s;
+    return 0;
+}
+
+/* ---- the seed ---- */
+
+#define MAX_EXEC 256
+struct seed {
+    struct { uint64_t dev, ino; } exec[MAX_EXEC];   /* files with an executable mapping: ELF objects */
+    unsigned nexec;
+    int exec_full;
+};
+
+static int seed_exec(const char *line, void *arg)
+{
+    struct seed *sd = arg;
+    struct mline l;
+    if (parse_mline(line, &l) || l.perms[2] != 'x' || !l.ino)
+        return 0;
+    if (sd->nexec == MAX_EXEC) {
+        sd->exec_full = 1;
+        return 0;
+    }
+    sd->exec[sd->nexec].dev = l.dev;
+    sd->exec[sd->nexec++].ino = l.ino;
+    return 0;
+}
+
+static int prefix(const char *s, const char *p)
+{
+    return strncmp(s, p, strlen(p)) == 0;
+}
+
+/* What the mapping of line l is, as a record would say: 1 if special. */
+static int classify_line(const struct mline *l, const struct seed *sd, struct mrc_map_attr *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->page_shift = huge_shift_of_dev(l->dev);
+    int shared = l->perms[3] == 's';
+    const char *p = l->path;
+    if (!l->ino || *p == '[' || prefix(p, "anon_inode:"))
+        return a->page_shift != 0;   /* anonymous, a kernel special, a descriptor's own memory */
+    if (prefix(p, "/SYSV")) {
+        a->flags = MRC_MAP_SHARED | MRC_MAP_SYSV;
+        a->ino = l->ino;
+        a->dev = l->dev;
+        a->off = l->off;
+        return 1;
+    }
+    if (prefix(p, "/dev/zero")) {
+        a->flags = shared ? MRC_MAP_SHARED : 0;   /* shared (or private) anonymous memory */
+        return a->flags || a->page_shift;
+    }
+    if (prefix(p, "/dev/") && !prefix(p, "/dev/shm/") && !prefix(p, "/dev/hugepages")) {
+        struct stat st;
+        if (stat(p, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)))
+            return 0;   /* device memory: not pages a registration pins */
+    }
+    if (shared)
+        a->flags |= MRC_MAP_SHARED;
+    int elf = sd->exec_full;
+    for (unsigned i = 0; i < sd->nexec && !elf; i++)
+        elf = sd->exec[i].dev == l->dev && sd->exec[i].ino == l->ino;
+    /* An ELF object's private mappings are not the program's data: their file is not
+     * truncated under a running program (and ld.so maps them past our hooks). */
+    if (!elf || shared) {
+        a->flags |= MRC_MAP_FILE;
+        a->dev = l->dev;
+        a->ino = l->ino;
+        a->off = l->off;
+    }
+    return a->flags || a->page_shift;
+}
+
+static int seed_line(const char *line, void *arg)
+{
+    struct mline l;
+    struct mrc_map_attr a;
+    if (parse_mline(line, &l) == 0 && classify_line(&l, arg, &a))
+        mrc_maps_set(l.start, l.end, &a, mrc_maps_gen());
+    return 0;
+}
+
+static void seed(void)
+{
+    static struct seed sd;   /* 4 KiB: not on a stack that may be a hook's */
+    memset(&sd, 0, sizeof(sd));
+    read_lines("/proc/self/maps", seed_exec, &sd);
+    read_lines("/proc/self/maps", seed_line, &sd);
+}
+
+/* hugetlbfs mounts: "... maj:min root mountpoint ... - hugetlbfs source opts,pagesize=2M" */
+static int mount_line(const char *line, void *arg)
+{
+    (void)arg;
+    const char *s = line, *fs = strstr(line, " - hugetlbfs ");
+    if (!fs)
+        return 0;
+    dec(&s);
+    skip_spaces(&s);
+    dec(&s);
+    skip_spaces(&s);
+    unsigned long maj = dec(&s);
+    if (*s++ != ':')
+        return 0;
+    unsigned long min = dec(&s);
+    uint32_t shift = huge_default;
+    const char *ps = strstr(fs, "pagesize=");
+    if (ps) {
+        ps += 9;
+        unsigned long v = dec(&ps);
+        shift = log2_of(v) + (*ps == 'G' ? 30u : *ps == 'M' ? 20u : *ps == 'K' ? 10u : 0u);
+    }
+    if (shift)
+        huge_fs_add(makedev(maj, min), shift);
+    return 0;
+}
+
+static int meminfo_line(const char *line, void *arg)
+{
+    (void)arg;
+    if (!prefix(line, "Hugepagesize:"))
+        return 0;
+    const char *s = line + 13;
+    skip_spaces(&s);
+    unsigned long kb = dec(&s);
+    huge_default = kb ? log2_of(kb) + 10 : 0;
+    return 1;
+}
+
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 4u
+#endif
+#define MFD_HUGE_SHIFT_ 26
+
+/* The file system of hugetlb memory of page shift (0: the default size): what anonymous
+ * hugetlb mappings, SHM_HUGETLB segments and hugetlb memfds live on. */
+static void probe_huge(uint32_t shift)
+{
+    int fd = (int)syscall(SYS_memfd_create, "mrc-probe", 1u /* MFD_CLOEXEC */ | MFD_HUGETLB |
+                                                               (shift << MFD_HUGE_SHIFT_));
+    if (fd < 0)
+        return;
+    struct stat st;
+    if (fstat(fd, &st) == 0)
+        huge_fs_add(st.st_dev, shift ? shift : huge_default);
+    close(fd);
+}
+
+static void learn_hugetlb(void)
+{
+    read_lines("/proc/meminfo", meminfo_line, NULL);
+    if (!huge_default)
+        return;
+    probe_huge(0);
+    probe_huge(21);   /* x86-64's sizes */
+    probe_huge(30);
+    read_lines("/proc/self/mountinfo", mount_line, NULL);
+}
+
+void mrc_maps_start(uint64_t base_page, int cache_shared, int on)
+{
+    int saved = errno;
+    base = base_page;
+    shared_cached = cache_shared;
+    ST(&mrc_maps.files_cached, 0u);
+    interest_update();
+    learn_hugetlb();
+    ST(&mrc_maps.on, (uint32_t)(on != 0));
+    if (on)
+        seed();
+    errno = saved;
+}
+
+void mrc_maps_child_reset(void)
+{
+    if (!LD(&mrc_maps.on))
+        return;
+    if (pthread_mutex_trylock(&lock) == 0 && !(seq & 1)) {
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    /* A thread of the parent was changing the array: it is not in the child. */
+    int saved = errno;
+    pthread_mutex_init(&lock, NULL);
+    seq = 0;
+    uint64_t gen = mrc_maps.gen;
+    uint32_t files_cached = mrc_maps.files_cached;
+    memset(&mrc_maps, 0, sizeof(mrc_maps));
+    mrc_maps.on = 1;
+    mrc_maps.gen = gen;
+    mrc_maps.files_cached = files_cached;
+    mrc_maps.lo = UINT64_MAX;
+    seed();
+    errno = saved;
+}
+
+/* ---- what a new mapping is ---- */
+
+int mrc_maps_describe(int flags, int fd, uint64_t off, struct mrc_map_attr *a)
+{
+    memset(a, 0, sizeof(*a));
+    int shared = (flags & MAP_TYPE) != MAP_PRIVATE;
+    if (flags & MAP_HUGETLB) {
+        uint32_t s = (uint32_t)(flags >> MAP_HUGE_SHIFT) & MAP_HUGE_MASK;
+        a->page_shift = s ? s : huge_default;
+    }
+    if (!(flags & MAP_ANONYMOUS)) {
+        int saved = errno;
+        struct stat st;
+        int ok = fstat(fd, &st) == 0;
+        if (ok && S_ISREG(st.st_mode)) {
+            a->flags = MRC_MAP_FILE;
+            a->dev = st.st_dev;
+            a->ino = st.st_ino;
+            a->off = off;
+            struct statfs sf;
+            if ((uint64_t)st.st_blksize > base && fstatfs(fd, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC)
+                a->page_shift = log2_of((uint64_t)sf.f_bsize);
+        } else if (!(ok && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 5))) {
+            shared = 0;   /* device memory, a descriptor's own memory: not pages a registration pins */
+        }
+        errno = saved;
+    }
+    if (shared)
+        a->flags |= MRC_MAP_SHARED;
+    return a->flags || a->page_shift;
+}
+
+/* ---- a System V attachment libmrcache did not see made ---- */
+
+struct sysv_find {
+    uint64_t addr, end, id;
+    uint32_t shift;
+    int found;
+};
+
+static int sysv_line(const char *line, void *arg)
+{
+    struct sysv_find *f = arg;
+    struct mline l;
+    if (parse_mline(line, &l) || l.start != f->addr)
+        return 0;
+    f->found = prefix(l.path, "/SYSV");
+    f->end = l.end;
+    f->id = l.ino;
+    f->shift = huge_shift_of_dev(l.dev);
+    return 1;
+}
+
+int mrc_maps_read_sysv(uint64_t addr, uint64_t *end, uint64_t *id, uint32_t *page_shift)
+{
+    int saved = errno;
+    struct sysv_find f = { .addr = addr };
+    read_lines("/proc/self/maps", sysv_line, &f);
+    errno = saved;
+    if (!f.found)
+        return 0;
+    *end = f.end;
+    *id = f.id;
+    *page_shift = f.shift;
+    return 1;
+}
