@@ -1,9 +1,9 @@
 /* stale.h - what the programs that change registered memory behind the cache's back share
  * (test_unmap_paths, test_monitor_paths, test_ucs, test_uffd, test_verify): a pd per test,
  * the verdict EXPECT_STALE inverts, glibc's chunk headers read by address, a forked
- * child's run (which releases what it cached before it exits), and the glibc paths
- * several of them take (a thread's reused stack, free of an mmapped chunk, malloc_trim,
- * heap trimming in free). Header-only, over common.h. */
+ * child's run (which releases what it cached before it exits), whether page frame numbers
+ * can be read, and the glibc paths several of them take (a thread's reused stack, free of
+ * an mmapped chunk, malloc_trim, heap trimming in free). Header-only, over common.h. */
 #ifndef MRC_PRELOAD_STALE_H
 #define MRC_PRELOAD_STALE_H
 
@@ -46,6 +46,27 @@ static inline int uffd_on(void)
 {
     int m = mrcache_monitors();
     return m > 0 && (m & MRCACHE_MONITOR_UFFD);
+}
+
+/* Why a test that reads page frame numbers (as MRCACHE_VERIFY does) skips without them. */
+#define FRAMES_HIDDEN_WHY "reading page frame numbers needs CAP_SYS_ADMIN"
+
+/* Whether /proc/self/pagemap shows this process its page frame numbers: the kernel shows
+ * them to an opener with CAP_SYS_ADMIN (in the initial user namespace), and 0 for every
+ * frame to anyone else. Read for a page of this stack, which is present. */
+static inline int pagemap_shows_frames(void)
+{
+    volatile char here = 1;
+    uint64_t e = 0;
+    long pg = sysconf(_SC_PAGESIZE);
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    off_t off = (off_t)((uintptr_t)&here / (uintptr_t)pg * sizeof(e));
+    if (pread(fd, &e, sizeof(e), off) != (ssize_t)sizeof(e))
+        e = 0;
+    close(fd);
+    return (e >> 63) && (e & ((1ull << 55) - 1)) != 0;
 }
 
 /* The kernel directly, as allocators that make their own system calls do: no hook and
