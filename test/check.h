@@ -1,12 +1,17 @@
 /* check.h - the one test helper: CHECK records a failed condition, RUN runs a test
  * function and prints "ok - name", "not ok - name" or "ok - name # SKIP why"
- * (scripts/run-tests.sh counts these lines). A test binary's exit status is 1 if any test failed. Header-only. */
+ * (scripts/run-tests.sh counts these lines). A test binary's exit status is 1 if any test failed.
+ * Also what a test needs of the machine (a capability, room under RLIMIT_MEMLOCK), for
+ * its reason to skip. Header-only. */
 #ifndef MRC_TEST_CHECK_H
 #define MRC_TEST_CHECK_H
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 /* A function the compiler must neither inline nor reason about across the call (a frame
  * a call-site test must see, an address a stale-memory test reads on purpose): GCC's
@@ -76,6 +81,63 @@ static inline void check_skip(const char *name, const char *why)
 {
     printf("ok - %s # SKIP %s\n", name, why);
     fflush(stdout);
+}
+
+/* ---- what a test needs of the machine: a capability, room to pin memory ---- */
+
+#define CHECK_CAP_IPC_LOCK 14   /* <linux/capability.h>: pins without RLIMIT_MEMLOCK */
+#define CHECK_CAP_SYS_ADMIN 21  /* ... reads page frame numbers in /proc/PID/pagemap */
+
+/* Whether capability cap is in this process's effective set (CapEff in
+ * /proc/self/status). No allocation: callable while a test lays out the heap. */
+static inline int check_has_cap(int cap)
+{
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *p = strstr(buf, "CapEff:");
+    return p && ((strtoull(p + 7, NULL, 16) >> cap) & 1);
+}
+
+/* bytes as a reason says it: "40 MiB", "1029 MiB", "394.6 MiB", "64 KiB". */
+static inline const char *check_size_str(char *buf, size_t len, unsigned long long bytes)
+{
+    static const char *const unit[] = { "bytes", "KiB", "MiB", "GiB", "TiB" };
+    unsigned u = 0;
+    while (u < 4 && bytes >= (1024ull << (10 * u)))
+        u++;
+    if (u > 0 && bytes % (1ull << (10 * u)) != 0 && bytes % (1ull << (10 * (u - 1))) == 0 &&
+        bytes >> (10 * (u - 1)) < 10240)
+        u--;   /* a whole number of the unit below rather than a rounded one */
+    if (bytes % (1ull << (10 * u)) == 0)
+        snprintf(buf, len, "%llu %s", bytes >> (10 * u), unit[u]);
+    else
+        snprintf(buf, len, "%.1f %s", (double)bytes / (double)(1ull << (10 * u)), unit[u]);
+    return buf;
+}
+
+/* NULL if this process may pin bytes at once (CAP_IPC_LOCK, or an RLIMIT_MEMLOCK at
+ * least that large); else the reason a test that pins that much skips, as "RLIMIT_MEMLOCK
+ * is 8 MiB; this test pins 40 MiB (raise it with ulimit -l, or run as root)". The
+ * software NIC charges pins to the user, as io_uring does, so what the user's other
+ * processes pin counts too: a test should need well below the limit it checks. */
+static inline const char *check_memlock_short(unsigned long long bytes)
+{
+    static char why[192];
+    char lim[32], need[32];
+    struct rlimit rl;
+    if (check_has_cap(CHECK_CAP_IPC_LOCK) || getrlimit(RLIMIT_MEMLOCK, &rl) != 0 ||
+        rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= bytes)
+        return NULL;
+    snprintf(why, sizeof(why), "RLIMIT_MEMLOCK is %s; this test pins %s (raise it with ulimit -l, or run as root)",
+             check_size_str(lim, sizeof(lim), (unsigned long long)rl.rlim_cur),
+             check_size_str(need, sizeof(need), bytes));
+    return why;
 }
 
 #define RUN(fn) check_run(#fn, fn)

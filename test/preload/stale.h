@@ -1,7 +1,8 @@
 /* stale.h - what the programs that change registered memory behind the cache's back share
  * (test_unmap_paths, test_monitor_paths, test_ucs, test_uffd, test_verify): a pd per test,
  * the verdict EXPECT_STALE inverts, glibc's chunk headers read by address, a forked
- * child's run, and the glibc paths several of them take (a thread's reused stack, free of
+ * child's run (which releases what it cached before it exits), whether page frame numbers
+ * can be read, and the glibc paths several of them take (a thread's reused stack, free of
  * an mmapped chunk, malloc_trim, heap trimming in free). Header-only, over common.h. */
 #ifndef MRC_PRELOAD_STALE_H
 #define MRC_PRELOAD_STALE_H
@@ -47,6 +48,27 @@ static inline int uffd_on(void)
     return m > 0 && (m & MRCACHE_MONITOR_UFFD);
 }
 
+/* Why a test that reads page frame numbers (as MRCACHE_VERIFY does) skips without them. */
+#define FRAMES_HIDDEN_WHY "reading page frame numbers needs CAP_SYS_ADMIN"
+
+/* Whether /proc/self/pagemap shows this process its page frame numbers: the kernel shows
+ * them to an opener with CAP_SYS_ADMIN (in the initial user namespace), and 0 for every
+ * frame to anyone else. Read for a page of this stack, which is present. */
+static inline int pagemap_shows_frames(void)
+{
+    volatile char here = 1;
+    uint64_t e = 0;
+    long pg = sysconf(_SC_PAGESIZE);
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    off_t off = (off_t)((uintptr_t)&here / (uintptr_t)pg * sizeof(e));
+    if (pread(fd, &e, sizeof(e), off) != (ssize_t)sizeof(e))
+        e = 0;
+    close(fd);
+    return (e >> 63) && (e & ((1ull << 55) - 1)) != 0;
+}
+
 /* The kernel directly, as allocators that make their own system calls do: no hook and
  * no patched entry point sees these; only the userfaultfd source does. */
 static inline long inline_syscall6(long n, long a, long b, long c, long d, long e, long f)
@@ -60,6 +82,18 @@ static inline long inline_syscall6(long n, long a, long b, long c, long d, long 
     return r;
 }
 
+/* Before a child's _exit: deregisters the registrations libmrcache keeps cached, as
+ * exit() would (its exit handler does; _exit runs none). The software NIC charges pinned
+ * pages to the user, shared by all the user's processes, and an exited process's pins are
+ * released some milliseconds later, when the kernel tears its io_uring down: children
+ * leaving their cached registrations behind, one test after the other, could exhaust a
+ * normal user's RLIMIT_MEMLOCK for the next test. A real NIC charges each process and
+ * unpins at exit. Without libmrcache (-ENOSYS) there is nothing cached. */
+static inline void release_cached_before_exit(void)
+{
+    (void)mrcache_flush(NULL, 0);
+}
+
 /* Runs body in a forked child with its own device: it moves the heap's end or changes
  * malloc's settings (which must not leak into the other tests), or checks what a child
  * inherits. The child's failures fail the calling test. */
@@ -71,6 +105,7 @@ static inline void in_child(void (*body)(void))
         open_nic();     /* a child opens its own device, as a real one must */
         check_failures = 0;
         body();
+        release_cached_before_exit();
         _exit(check_failures ? 1 : 0);
     }
     int st = 0;
@@ -111,7 +146,52 @@ CHECK_NOIPA __attribute__((unused)) static char *at(uintptr_t a)
     return (char *)a;
 }
 
-#define BIG (40u << 20)   /* above glibc's largest dynamic mmap threshold: always mmapped */
+/* A chunk glibc always mmaps: above its largest dynamic mmap threshold (32 MiB), so it
+ * is mmapped whatever was freed before, and freeing it leaves the threshold (and with it
+ * the heap tests' layout) where it was. */
+#define BIG (40u << 20)
+
+/* What the tests register of a BIG chunk: its first and its last MiB, at the two ends of
+ * the mapping glibc unmaps or moves inside free or realloc. The chunk must be that large,
+ * the registrations need not: an invalidation that missed part of the mapping leaves one
+ * of them stale, and the 2 MiB they pin fit a normal user's RLIMIT_MEMLOCK (8 MiB), which
+ * the whole chunk would not. */
+#define BIG_PIECE (1u << 20)
+#define BIG_PIECES 2
+
+/* Piece i of the BIG allocation at mem (malloc's pointer, kept as a number). */
+static inline char *big_piece(uintptr_t mem, int i)
+{
+    return at(i == 0 ? mem : mem + BIG - BIG_PIECE);
+}
+
+/* The first use of each piece: registered, written through, deregistered (under the
+ * preload the MRs stay cached). */
+static inline void big_pieces_register(uintptr_t mem)
+{
+    for (int i = 0; i < BIG_PIECES; i++) {
+        char *q = big_piece(mem, i);
+        struct ibv_mr *a = ibv_reg_mr(pd, q, BIG_PIECE, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+        CHECKF(a && write_visible(a, q, BIG_PIECE, 0x11), "piece %d of the chunk", i);
+        if (a)
+            ibv_dereg_mr(a);
+    }
+}
+
+/* After the chunk's mapping went and was mapped anew at the same address: each piece
+ * registered again must write into the new pages. */
+static inline void big_pieces_register_again(uintptr_t mem, const char *what)
+{
+    static const char *const where[BIG_PIECES] = { "its first MiB", "its last MiB" };
+    for (int i = 0; i < BIG_PIECES; i++) {
+        char *q = big_piece(mem, i), w[160];
+        snprintf(w, sizeof(w), "%s, %s", what, where[i]);
+        struct ibv_mr *b = ibv_reg_mr(pd, q, BIG_PIECE, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+        check_outcome(b && write_visible(b, q, BIG_PIECE, 0x22), w);
+        if (b)
+            ibv_dereg_mr(b);
+    }
+}
 
 static inline void test_free_of_mmapped_chunk(void)
 {
@@ -120,18 +200,13 @@ static inline void test_free_of_mmapped_chunk(void)
     CHECK(p && (chunk_field(pa) & 2));
     char *chunk = at(pa - 16);
     size_t clen = chunk_field(pa) & ~(size_t)7;
-    struct ibv_mr *a = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    CHECK(a && write_visible(a, p, BIG, 0x11));
-    ibv_dereg_mr(a);
+    big_pieces_register(pa);
     unmap_watch_expect(p);
     free(p);   /* glibc munmaps the chunk internally: no munmap hook sees it */
     unmap_watch_check("free of an mmapped chunk");
-    p = at(pa);
     chunk = at(pa - 16);
     CHECK(map_anon(chunk, clen, MAP_FIXED_NOREPLACE) == chunk);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, BIG, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    check_outcome(b && write_visible(b, p, BIG, 0x22), "free of an mmapped chunk");
-    ibv_dereg_mr(b);
+    big_pieces_register_again(pa, "free of an mmapped chunk");
     munmap(chunk, clen);
 }
 

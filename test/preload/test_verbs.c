@@ -216,27 +216,36 @@ static void test_fork_safe_child_sees_released_memory(void)
 }
 
 /* Unmapping registered memory defers the deregistrations (hooks may not make them);
- * past MRCACHE_MAX_DEFERRED (1M in this run) they happen without another verbs call.
- * idle_ms: a pause before the unmaps, long enough for the helper thread to stop
- * polling, so that it must be woken (a lost wake-up would leave the MRs pinned). */
+ * past MRCACHE_MAX_DEFERRED (512K in this run, one buffer) they happen without another
+ * verbs call: at most one buffer's may wait for the next. idle_ms: a pause before the
+ * unmaps, long enough for the helper thread to stop polling, so that it must be woken (a
+ * lost wake-up would leave the MRs pinned). The buffers lie apart (none merges with
+ * another: a single merged registration would leave nothing to tell drained from
+ * waiting), and all 4 MiB stay cached until the unmaps within a normal user's
+ * RLIMIT_MEMLOCK (8 MiB), where evictions would deregister them at once instead. */
+#define DRAIN_BUF (512u << 10)
+#define DRAIN_N 8
 static void deferred_drain_case(unsigned idle_ms)
 {
     struct ibv_pd *own = ibv_alloc_pd(ctx);
     uint64_t live0 = nic_live();
-    char *p[8];
-    for (int i = 0; i < 8; i++) {
-        p[i] = map_anon(NULL, 1 << 20, 0);
-        struct ibv_mr *m = ibv_reg_mr(own, p[i], 1 << 20, IBV_ACCESS_LOCAL_WRITE);
+    char *area = map_anon(NULL, 2 * DRAIN_N * DRAIN_BUF, 0);
+    CHECK(area != NULL);
+    if (!area)
+        return;
+    for (int i = 0; i < DRAIN_N; i++) {
+        struct ibv_mr *m = ibv_reg_mr(own, area + 2 * i * DRAIN_BUF, DRAIN_BUF, IBV_ACCESS_LOCAL_WRITE);
         CHECK(m && ibv_dereg_mr(m) == 0);
     }
-    CHECK(nic_live() >= live0 + 1);   /* adjacent buffers may have merged */
+    CHECKF(nic_live() == live0 + DRAIN_N, "%llu MRs cached of %d", (unsigned long long)(nic_live() - live0), DRAIN_N);
     usleep(idle_ms * 1000u);
-    for (int i = 0; i < 8; i++)
-        munmap(p[i], 1 << 20);
+    for (int i = 0; i < DRAIN_N; i++)
+        munmap(area + 2 * i * DRAIN_BUF, DRAIN_BUF);
     /* Eventually, not within a time bound: wait up to 10 s for the helper thread. */
     for (int t = 0; t < 1000 && nic_live() > live0 + 1; t++)
         usleep(10000);
     CHECKF(nic_live() <= live0 + 1, "%llu MRs still pinned", (unsigned long long)(nic_live() - live0));
+    munmap(area, 2 * DRAIN_N * DRAIN_BUF);
     ibv_dealloc_pd(own);
 }
 
