@@ -114,6 +114,10 @@ static void fork_child(void)
  * unseen). If the frees cannot all come back, caching stops. */
 static void source_lost(const char *lost, const char *still)
 {
+    if (!still) {
+        mrc_rt_stop_caching(lost);   /* the only source: nothing would see an unmap */
+        return;
+    }
     int resumed = 0, unrouted = 0;
     if (mrc_rt.malloc_usable)
         resumed = !mrc_glibc_heap_watch(1);
@@ -166,8 +170,12 @@ static void sources_install(void)
     /* auto: the userfaultfd joins when the self-test could not confirm every system call
      * that unmaps anonymous memory arriving at a patched entry point (a sanitizer, an
      * unknown glibc, another library's patch). It starts at the first registration. */
-    if ((cfg->monitor & MRC_MONITOR_UFFD) || ((cfg->monitor & MRC_MONITOR_AUTO) && (seen & core_paths) != core_paths))
+    if ((cfg->monitor & MRC_MONITOR_UFFD) || ((cfg->monitor & MRC_MONITOR_AUTO) && (seen & core_paths) != core_paths)) {
         mrc_uffd_configure((cfg->monitor & MRC_MONITOR_UFFD) != 0);
+        /* Deregistrations deferred at a discard keep their pages watched and their
+         * mappings split until drained: the helper thread drains them. */
+        mrc_uffd_set_drain(mrc_drainer_wake, NULL);
+    }
     if (!cfg->monitor)
         MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
 }

@@ -41,6 +41,12 @@ void mrc_real_resolve_libc(void)
     NEXT(malloc_trim, "malloc_trim");
     NEXT(mallopt, "mallopt");
     NEXT(fork, "fork");
+    NEXT(close, "close");
+    NEXT(close_range, "close_range");
+    NEXT(closefrom, "closefrom");
+    NEXT(dup2, "dup2");
+    NEXT(dup3, "dup3");
+    NEXT(ioctl, "ioctl");
     /* glibc's free is also its __libc_free: if the next free is another allocator's
      * (jemalloc preloaded after us, a sanitizer), its chunks are not glibc's. No dlopen
      * here: this may run inside another allocator's initialisation, and dlopen mallocs. */

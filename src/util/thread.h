@@ -13,4 +13,13 @@ int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name);
  * tell. Without allocating. */
 int mrc_thread_single(void);
 
+/* How every helper thread's name starts: what tells them from the program's threads. */
+#define MRC_THREAD_PREFIX "mrcache-"
+
+/* Whether only libmrcache's helpers still run: the main thread has ended (it left with
+ * pthread_exit: a zombie until the process ends) and every other live thread is named
+ * MRC_THREAD_PREFIX.... *main_gone tells whether the main thread has ended. 0 when it
+ * cannot tell. Raw system calls into stack buffers: no allocation, no stdio. */
+int mrc_thread_only_helpers(int *main_gone);
+
 #endif

@@ -1,8 +1,8 @@
 # never.mk - "never worse than no cache": each program here runs without libmrcache (the
-# reference: exit status, return values, errno, data, pinned memory) and with it. They
-# fail against the library as it is, so `make test` runs them only with NEVER=1
-# (`NEVER=1 make test`); they are always built. The software NIC's failure injector has
-# a test of its own, always run.
+# reference: exit status, return values, errno, data, pinned memory) and with it. Those
+# that still fail against the library run only with NEVER=1 (`NEVER=1 make test`); all
+# are always built. The userfaultfd source's side effects and the software NIC's failure
+# injector's own test always run.
 NEVER_SRCS := $(sort $(wildcard test/never/*.c))
 NEVER_BINS := $(patsubst test/never/%.c,$(BUILD)/test/never_%,$(NEVER_SRCS))
 NEVER_REF  := LD_LIBRARY_PATH=$(SNIC_DIR) timeout -s KILL 300
@@ -35,8 +35,9 @@ TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_idle_pinned collapse"
 TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_idle_pinned collapse"
 # ibv_rereg_mr case by case against libibverbs.
 TEST_CMDS += "test/never/test_rereg_table.sh $(BUILD) '$(PRELOAD_PREFIX)'"
-# The userfaultfd source's side effects.
+endif
+
+# The userfaultfd source's side effects: always run.
 NEVER_UFFD_MODES := vma mremap own_uffd close_range close_range_unmap
 TEST_CMDS += $(foreach m,$(NEVER_UFFD_MODES),"$(NEVER_REF) $(BUILD)/test/never_test_uffd_side_effects $(m)")
 TEST_CMDS += $(foreach m,$(NEVER_UFFD_MODES),"$(NEVER_UFFD) $(NEVER_TMO) $(BUILD)/test/never_test_uffd_side_effects $(m)")
-endif
