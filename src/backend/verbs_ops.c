@@ -1,7 +1,8 @@
 /* verbs_ops.c - registers and deregisters through the real libibverbs entry points, and
  * says which access flags grant remote rights. Invariants: calls only real functions,
  * never our own hooks (no double counting, no recursion into the cache); a range is
- * watched by the userfaultfd source before the NIC pins it. */
+ * watched by the userfaultfd source before the NIC pins it, and unwatched once its
+ * registration failed or was deregistered (the cache never deregisters in a hook). */
 #include <errno.h>
 #include <infiniband/verbs.h>
 
@@ -23,8 +24,11 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
     mrc_uffd_watch(addr, len);
     errno = 0;
     struct ibv_mr *mr = mrc_real.reg_mr_iova2(domain, (void *)(uintptr_t)addr, len, iova, access);
-    if (!mr)
-        return errno ? -errno : -EINVAL;
+    if (!mr) {
+        int err = errno ? -errno : -EINVAL;
+        mrc_uffd_unwatch(addr, len);
+        return err;
+    }
     *reg = mr;
     return 0;
 }
@@ -32,7 +36,13 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
 static int verbs_dereg(void *ctx, void *reg)
 {
     (void)ctx;
-    int rc = mrc_real.dereg_mr(reg);
+    /* The range as registered: libibverbs fills addr and length from the call, and a
+     * cached MR is never rereg'd (verbs/mr.c gives a rereg its own registration). */
+    struct ibv_mr *mr = reg;
+    uint64_t addr = (uintptr_t)mr->addr, len = mr->length;
+    int rc = mrc_real.dereg_mr(mr);
+    if (!rc)
+        mrc_uffd_unwatch(addr, len);
     return rc ? -rc : 0;
 }
 

@@ -22,8 +22,8 @@ struct mrc_inval_sink {
     void (*done)(void *arg, uint64_t ticket, uint64_t addr, uint64_t len, enum mrc_inval_cause cause);
     void *arg;
     /* A source stopped seeing what it watched: lost names what goes unseen from now on,
-     * still what still sees it, or NULL if nothing does. Any thread, any hook; never
-     * allocates. */
+     * still what (if anything) still sees it; NULL when nothing sees any unmap of
+     * registered memory any more. Any thread, any hook; never allocates. */
     void (*source_lost)(const char *lost, const char *still);
 };
 

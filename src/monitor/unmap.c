@@ -186,6 +186,9 @@ void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
 
 void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void *new_addr)
 {
+    void (*step_aside)(void *, size_t, size_t, int) = __atomic_load_n(&mrc_monitor.before_mremap, __ATOMIC_ACQUIRE);
+    if (step_aside)
+        step_aside(old, old_size, new_size, flags);
     int watch = watching(MRC_FN_MREMAP), keep = mrc_maps_any();
     if (!watch && !keep)
         return NEXT(mremap)(old, old_size, new_size, flags, new_addr);

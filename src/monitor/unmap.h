@@ -32,6 +32,10 @@ struct mrc_monitor {
     /* Set by patch.c before it writes each jump: the function's libc entry point now
      * lands here, and mrc_real's pointer for it reaches the kernel directly. */
     unsigned patched;
+    /* Set while the userfaultfd source watches: called before every mremap, whatever
+     * the other sources, since a watched part of the range makes a move or a growth
+     * fail (EFAULT) and a move would take the watch along. */
+    void (*before_mremap)(void *old, size_t old_size, size_t new_size, int flags);
 };
 
 extern struct mrc_monitor mrc_monitor;

@@ -161,8 +161,12 @@ static void sources_install(void)
     /* auto: the userfaultfd joins when the self-test could not confirm every system call
      * that unmaps anonymous memory arriving at a patched entry point (a sanitizer, an
      * unknown glibc, another library's patch). It starts at the first registration. */
-    if ((cfg->monitor & MRC_MONITOR_UFFD) || ((cfg->monitor & MRC_MONITOR_AUTO) && (seen & core_paths) != core_paths))
+    if ((cfg->monitor & MRC_MONITOR_UFFD) || ((cfg->monitor & MRC_MONITOR_AUTO) && (seen & core_paths) != core_paths)) {
         mrc_uffd_configure((cfg->monitor & MRC_MONITOR_UFFD) != 0);
+        /* Deregistrations deferred at a discard keep their pages watched and their
+         * mappings split until drained: the helper thread drains them. */
+        mrc_uffd_set_drain(mrc_drainer_wake, NULL);
+    }
     if (!cfg->monitor)
         MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
 }

@@ -65,6 +65,12 @@ void mrc_real_resolve_libc(void)
     NEXT(mallopt, "mallopt");
     NEXT(fork, "fork");
     mrc_real.nptl_nthreads = dlvsym(RTLD_NEXT, "__nptl_nthreads", "GLIBC_PRIVATE");
+    NEXT(close, "close");
+    NEXT(close_range, "close_range");
+    NEXT(closefrom, "closefrom");
+    NEXT(dup2, "dup2");
+    NEXT(dup3, "dup3");
+    NEXT(ioctl, "ioctl");
     /* glibc's free is also its __libc_free: if the next free is another allocator's
      * (jemalloc preloaded after us, a sanitizer), its chunks are not glibc's. No dlopen
      * here: this may run inside another allocator's initialisation, and dlopen mallocs. */

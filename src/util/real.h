@@ -63,6 +63,13 @@ struct mrc_real_fns {
     int (*malloc_trim)(size_t);
     int (*mallopt)(int, int);
     pid_t (*fork)(void);
+    /* libc: descriptors (the userfaultfd source keeps its own out of the program's way) */
+    int (*close)(int);
+    int (*close_range)(unsigned int, unsigned int, int);   /* NULL before glibc 2.34 */
+    void (*closefrom)(int);                                /* the same */
+    int (*dup2)(int, int);
+    int (*dup3)(int, int, int);
+    int (*ioctl)(int, unsigned long, ...);
     /* libibverbs */
     struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
     struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int);

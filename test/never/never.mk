@@ -1,8 +1,7 @@
 # never.mk - "never worse than no cache": each program here runs without libmrcache (the
-# reference: exit status, return values, errno, data, pinned memory) and with it. Those
-# the library passes run in every `make test`; the userfaultfd source's (its side effects,
-# its thread at exit) run only with NEVER=1 (`NEVER=1 make test`) until it passes them.
-# All are always built. The software NIC's failure injector has a test of its own.
+# reference: exit status, return values, errno, data, pinned memory) and with it, in
+# every `make test`. All are always built. The software NIC's failure injector has a test
+# of its own.
 NEVER_SRCS := $(sort $(wildcard test/never/*.c))
 NEVER_BINS := $(patsubst test/never/%.c,$(BUILD)/test/never_%,$(NEVER_SRCS))
 NEVER_REF  := LD_LIBRARY_PATH=$(SNIC_DIR) timeout -s KILL 300
@@ -19,7 +18,7 @@ TEST_BINS += $(NEVER_BINS)
 TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_snic_faults"
 
 # Exit paths: status or signal as without the cache (a hang meets a 30 s timeout).
-TEST_CMDS += "EXIT_CONFIGS=cache test/never/test_exit_paths.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+TEST_CMDS += "test/never/test_exit_paths.sh $(BUILD) '$(PRELOAD_PREFIX)'"
 # Deregistrations the NIC refuses: kept, counted, retried; refused registrations.
 TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_dereg_failure"
 TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_dereg_failure"
@@ -35,12 +34,7 @@ TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_idle_pinned col
 # ibv_rereg_mr case by case against libibverbs, with remote registrations cached and not.
 TEST_CMDS += "test/never/test_rereg_table.sh $(BUILD) '$(PRELOAD_PREFIX)'"
 TEST_CMDS += "test/never/test_rereg_table.sh $(BUILD) '$(PRELOAD_PREFIX)' MRCACHE_REMOTE=never"
-
-ifeq ($(NEVER),1)
-# The userfaultfd source's thread at exit.
-TEST_CMDS += "EXIT_CONFIGS=uffd test/never/test_exit_paths.sh $(BUILD) '$(PRELOAD_PREFIX)'"
 # The userfaultfd source's side effects.
 NEVER_UFFD_MODES := vma mremap own_uffd close_range close_range_unmap
 TEST_CMDS += $(foreach m,$(NEVER_UFFD_MODES),"$(NEVER_REF) $(BUILD)/test/never_test_uffd_side_effects $(m)")
 TEST_CMDS += $(foreach m,$(NEVER_UFFD_MODES),"$(NEVER_UFFD) $(NEVER_TMO) $(BUILD)/test/never_test_uffd_side_effects $(m)")
-endif

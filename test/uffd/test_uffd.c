@@ -5,7 +5,8 @@
  * and be counted as caught by the userfaultfd. With EXPECT_STALE=1 (run without the
  * source) the same writes must be lost: the tests can fail. Plus graceful degradation
  * (memory the program already watches with its own userfaultfd, file-backed memory, a
- * kernel that refuses userfaultfd), faults answered, fork, threads, and exit.
+ * kernel that refuses userfaultfd), faults answered, fork, threads, exit, a page two
+ * registrations share, and the descriptor moved out of the way of the program's close.
  * Usage: test_uffd [paths|refused|exit|auto|budget]   (a hang is a failure: run under timeout) */
 #include <errno.h>
 #include <fcntl.h>
@@ -101,6 +102,37 @@ static void test_raw_madvise_dontneed(void) { raw_check(ch_madvise); }
 static void test_raw_mremap_move(void) { raw_check(ch_mremap_away); }
 static void test_raw_mremap_shrink(void) { raw_check(ch_mremap_shrink_grow); }
 static void test_raw_mmap_fixed(void) { raw_check(ch_mmap_fixed); }
+
+/* Two live registrations sharing a page (different pds, so never merged): the one
+ * that goes takes its own pages out of the kernel's registration, never the shared
+ * one, whose raw munmap must still be seen by the other. */
+static void test_shared_page_stays_watched(void)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    struct ibv_pd *other = ibv_alloc_pd(ctx);
+    char *p = raw_mmap(NULL, 2 * (size_t)pg, 0);
+    CHECK(other && p);
+    if (!other || !p)
+        return;
+    struct ibv_mr *outer = ibv_reg_mr(other, p, 2 * (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *inner = ibv_reg_mr(pd, p + pg, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(outer && ibv_dereg_mr(outer) == 0);
+    CHECK(inner && write_visible(inner, p + pg, (size_t)pg, 0x55));
+    CHECK(inner && ibv_dereg_mr(inner) == 0);
+    CHECK(mrcache_flush(other, 0) == 0);    /* the outer registration is deregistered */
+    uint64_t caught = stats().uffd_caught;
+    CHECK(syscall(SYS_munmap, p + pg, pg) == 0);
+    CHECK(raw_mmap(p + pg, (size_t)pg, MAP_FIXED_NOREPLACE) == p + pg);
+    struct ibv_mr *again = ibv_reg_mr(pd, p + pg, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(again != NULL);
+    if (again) {
+        check_outcome(write_visible(again, p + pg, (size_t)pg, 0x66), "raw munmap of a page two registrations shared");
+        CHECK(stats().uffd_caught > caught);
+        CHECK(ibv_dereg_mr(again) == 0);
+    }
+    syscall(SYS_munmap, p, 2 * pg);
+    ibv_dealloc_pd(other);
+}
 
 /* Registers [p, p+LEN), which the source cannot watch: it works as without the source,
  * and is counted as unwatched. */
@@ -204,6 +236,57 @@ static void test_fault_is_answered(void)
     CHECK(faults_answered() == before + 1);
     CHECK(mr && ibv_dereg_mr(mr) == 0);
     syscall(SYS_munmap, p, LEN);
+}
+
+/* A raw munmap of a registered and released range is still seen (the source watches). */
+static void still_watching(const char *after)
+{
+    char *p = raw_mmap(NULL, LEN, 0);
+    struct ibv_mr *a = p ? ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE) : NULL;
+    CHECK(a && ibv_dereg_mr(a) == 0);
+    uint64_t caught = stats().uffd_caught;
+    CHECK(p && syscall(SYS_munmap, p, LEN) == 0);
+    CHECK(p && raw_mmap(p, LEN, MAP_FIXED_NOREPLACE) == p);
+    struct ibv_mr *b = p ? ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE) : NULL;
+    CHECKF(b && write_visible(b, p, LEN, 0x5a), "after %s: stale", after);
+    CHECKF(stats().uffd_caught > caught, "after %s: the raw munmap was not seen", after);
+    CHECK(b && ibv_dereg_mr(b) == 0);
+    syscall(SYS_munmap, p, LEN);
+}
+
+/* The program closes or replaces libmrcache's descriptor through libc (a daemon closing
+ * what it did not open, dup2 onto a number it believes free): the number is the
+ * program's from then on, what it puts there is its own (no byte of a pipe lost), and
+ * the source keeps watching on another number. */
+static void test_descriptor_moves_out_of_the_way(void)
+{
+    still_watching("the start");
+    int n = find_our_uffd();
+    CHECK(n >= 3);
+    CHECK(close(n) == 0);
+    CHECK(fcntl(n, F_GETFD) == -1 && errno == EBADF);
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    if (fds[0] != n && fds[1] != n) {
+        CHECK(dup2(fds[0], n) == n);
+        close(fds[0]);
+        fds[0] = n;
+    }
+    CHECK(write(fds[1], "0123456789abcdef", 16) == 16);
+    still_watching("close");
+    int m = find_our_uffd();
+    CHECK(m >= 3 && m != n);
+    CHECK(close_range((unsigned)m, (unsigned)m, 0) == 0);
+    still_watching("close_range");
+    int k = find_our_uffd();
+    CHECK(k >= 3 && k != m && dup2(fds[1], k) == k);
+    still_watching("dup2 onto it");
+    char got[16];
+    CHECK(read(fds[0], got, sizeof(got)) == 16 && !memcmp(got, "0123456789abcdef", 16));
+    CHECK(find_our_uffd() >= 3 && uffd_on());
+    close(fds[0]);
+    close(fds[1]);
+    close(k);
 }
 
 /* Several threads, each in a pd of its own, unmapping watched ranges with raw system
@@ -313,10 +396,12 @@ static void exit_while_unmapping(void)
     atexit(unmap_at_exit);      /* before the first registration: runs after ours */
     exit_buf = raw_mmap(NULL, LEN, 0);
     churn_buf = raw_mmap(NULL, LEN, 0);
+    /* Held, not released: a range stays watched while a registration needs it, and the
+     * exit handler deregisters what is released (both ranges must still be watched when
+     * they are unmapped). */
     struct ibv_mr *a = ibv_reg_mr(pd, exit_buf, LEN, IBV_ACCESS_LOCAL_WRITE);
     struct ibv_mr *b = ibv_reg_mr(pd, churn_buf, LEN, IBV_ACCESS_LOCAL_WRITE);
-    CHECK(a && ibv_dereg_mr(a) == 0);
-    CHECK(b && ibv_dereg_mr(b) == 0);
+    CHECK(a && b);
     CHECK(uffd_on());
     uint64_t events = stats().uffd_events;
     pthread_t t;
@@ -431,9 +516,11 @@ int main(int argc, char **argv)
     if (expect_stale)
         CHECK_EXIT();
     RUN(test_threads_unmapping_at_once);
+    RUN(test_shared_page_stays_watched);
     RUN(test_program_owns_a_userfaultfd);
     RUN(test_file_backed_unwatched);
     RUN(test_fault_is_answered);
+    RUN(test_descriptor_moves_out_of_the_way);
     RUN(test_fork_child_watches_its_own);
     CHECK_EXIT();
 }

@@ -22,10 +22,13 @@ TEST_CMDS += "test/uffd/test_uffd.sh $(BUILD) '$(PRELOAD_PREFIX)'"
 # make bench: the source's costs, with and without it (reported, never asserted).
 $(BUILD)/test/bench_uffd: test/uffd/bench_uffd.c $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Iinclude $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 uffd-bench: $(LIB) $(BUILD)/test/bench_uffd
 	@echo "-- kernel alone"; $(BUILD)/test/bench_uffd kernel
 	@for m in patch,preload patch,preload,uffd; do echo "-- MRCACHE_MONITOR=$$m"; \
-	    $(UFFD_RUN) MRCACHE_MONITOR=$$m MRCACHE_MAX_ENTRIES=16 $(BUILD)/test/bench_uffd verbs; done
+	    $(UFFD_RUN) MRCACHE_MONITOR=$$m MRCACHE_MAX_ENTRIES=16 $(BUILD)/test/bench_uffd verbs; \
+	    $(UFFD_RUN) MRCACHE_MONITOR=$$m $(BUILD)/test/bench_uffd munmap; done
+	@echo "-- the descriptor hooks: without, then with the preload"; $(BUILD)/test/bench_uffd hooks; \
+	    $(UFFD_RUN) MRCACHE_MONITOR=patch,preload,uffd $(BUILD)/test/bench_uffd hooks
 bench: uffd-bench
 .PHONY: uffd-bench
