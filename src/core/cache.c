@@ -513,7 +513,7 @@ static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_e
 
 /* Registers through the back-end, timing it for the statistics. Nothing is prefetched
  * when it returns: since insertions wait in the young set, prefetching what they touch
- * made misses 7-10% slower (README, row 6). */
+ * made misses 7-10% slower (make bench, row 6: docs/benchmarks.md). */
 MRC_HOT static int backend_reg(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
                                int64_t iova_off, uint32_t access, void **reg)
 {

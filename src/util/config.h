@@ -42,7 +42,8 @@ struct mrc_config {
 /* Fills cfg from the environment (getenv only: no allocation). */
 void mrc_config_load(struct mrc_config *cfg);
 
-/* Writes the table (name, default, meaning) to fd: MRCACHE_HELP=1 and the README. */
+/* Writes the table (name, default, meaning) to fd: MRCACHE_HELP=1 (README.md and
+ * libmrcache(7) list the same variables; the tests compare them). */
 void mrc_config_print_help(int fd);
 
 /* Writes the table for mrcache(1) (docs/library-self-description.md): "# libmrcache

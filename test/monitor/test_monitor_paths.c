@@ -69,7 +69,7 @@ static void raw_case(int inline_insn)
     if (uffd_on())   /* auto under a sanitizer: patching stands aside, the userfaultfd joins */
         CHECKF(visible, "the userfaultfd source is on, yet a raw munmap left a stale MR");
     else
-        CHECKF(!visible, "a raw munmap was seen: update this test and the README's known limits");
+        CHECKF(!visible, "a raw munmap was seen: update this test and the known limits in docs/design.md");
     ibv_dereg_mr(b);
     munmap(p, LEN);
 }

@@ -235,7 +235,7 @@ static void test_refused_until_cleared_then_dealloc_pd(void)
 
 /* A registration the NIC refuses fails with the NIC's errno, pins nothing, and is not
  * remembered: the next one succeeds. ENOMEM and EAGAIN are left out: the cache answers
- * them by evicting and retrying (README, "Limits"). */
+ * them by evicting and retrying (docs/design.md, "Limits"). */
 static void test_refused_registration_same_errno(void)
 {
     static const int reg_errs[] = { EIO, EFAULT, EINVAL, EPERM, EACCES };
