@@ -18,7 +18,7 @@ Usage: vm-build.sh [-o DIR] [-l LIB] [-p PRELOAD_TEST[:VAR=VALUE,...]]... [-s FI
   -s FILE  a library the preload tests load (by \$ORIGIN, or a path in their variables),
            copied beside them into /vm/preload-tests
   -c VAR=VALUE
-           a setting of the guest tests (e.g. VM_MPI_EXPECT_FIXED=1), written to /vm/tests.env
+           a setting of the guest tests (VAR=VALUE), written to /vm/tests.env
   PROGRAM  test programs copied into the guest's /vm/bin
 Environment: VM_KERNEL_DEB=/path/linux-image-*.deb uses that package instead of apt-get download.
 Output: DIR/vmlinux DIR/base.cpio.gz DIR/payload.cpio.gz DIR/initrd.img (base + payload)

@@ -8,7 +8,7 @@
 set -uo pipefail
 
 PRE=/vm/lib/libmrcache.so
-# Settings given to vm-build.sh with -c (VM_MPI_EXPECT_FIXED).
+# Settings given to vm-build.sh with -c, if any.
 # shellcheck source=/dev/null
 [ -r /vm/tests.env ] && . /vm/tests.env
 BIN=/vm/bin
@@ -417,13 +417,11 @@ preload_tests() {
 # with -x (mpirun itself runs without it). test/vm/vm_mpi.c sends 1 MiB messages both ways
 # from and into reused, freed-and-malloc'ed and munmapped-and-mmapped buffers and prints
 # one TAP line per pattern with the wrong bytes it received; -e names each pattern's
-# expected outcome (fresh, stale, or todo: wrong data known today, reported as
-# "not ok - ... # TODO", which the runners count apart from failures).
+# expected outcome (fresh, or stale: the control that shows the test can fail).
 # No ssh or rsh in the guest: the isolated launcher starts the local ranks without one
 # (the default rsh launcher refuses to start when it finds no agent, even for one node).
 MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ucx --mca pml_ucx_devices any"
 MPI_TIMEOUT=300
-MPI_TODO_REASON="known stale: UCX's libucm patches libmrcache's own exported munmap/mmap"
 
 # A counter from the "counters" object of a JSON stats file.
 json_counter() {
@@ -444,7 +442,7 @@ mpi_job() {
     echo "# $name: $MPIRUN $xs $BIN/vm_mpi -e $expect $name"
     t0=$(uptime_s)
     # shellcheck disable=SC2086 # MPIRUN and xs: words, no spaces inside any
-    timeout "$MPI_TIMEOUT" $MPIRUN $xs "$BIN/vm_mpi" -e "$expect" -r "$MPI_TODO_REASON" "$name" \
+    timeout "$MPI_TIMEOUT" $MPIRUN $xs "$BIN/vm_mpi" -e "$expect" "$name" \
         >"$OUT/$name" 2>&1 </dev/null
     rc=$?
     t1=$(uptime_s)
@@ -525,13 +523,10 @@ mpi() {
     mem_sampler &
     mpid=$!
     m0=$(uptime_s)
-    # Run (2)'s munmap+mmap pattern: fresh data is the goal; until VM_MPI_EXPECT_FIXED=1
-    # its wrong data is reported as a known failure (TODO), not counted as failed.
-    if [ "${VM_MPI_EXPECT_FIXED:-0}" = 1 ]; then remap2=fresh; else remap2=todo; fi
     # (1) Reference without the preload: must pass.
     mpi_job mpi_plain plain reuse=fresh,free_malloc=fresh,remap=fresh
     # (2) Under the preload, defaults.
-    mpi_job mpi_preload pre reuse=fresh,free_malloc=fresh,remap=$remap2
+    mpi_job mpi_preload pre reuse=fresh,free_malloc=fresh,remap=fresh
     # (3) Control, invalidation off: unmapped buffers must come back stale, so the test
     #     can fail; the reused buffers stay fresh.
     mpi_job mpi_preload_monitor_none pre reuse=fresh,free_malloc=stale,remap=stale MRCACHE_MONITOR=none
