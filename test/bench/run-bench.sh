@@ -14,7 +14,9 @@ B=$BUILD/bench
 SRC_LIB=${BENCH_LIB:-$BUILD/libmrcache.so}
 LIB=$(cd "$B" && pwd)/libmrcache.so
 cp -f "$SRC_LIB" "$LIB"
-lib_id="$SRC_LIB, $(date -r "$SRC_LIB" '+%F %T'), sha256 $(sha256sum "$LIB" | cut -c1-12)"
+# The commit the tree is at (with -dirty for uncommitted changes), when it is a checkout.
+commit=$(git -C "$(dirname "$0")" describe --always --dirty 2>/dev/null || echo "not a git checkout")
+lib_id="$SRC_LIB, $(date -r "$SRC_LIB" '+%F %T'), sha256 $(sha256sum "$LIB" | cut -c1-12), commit $commit"
 raw=$B/raw.txt
 : >"$raw"
 unset LD_PRELOAD
