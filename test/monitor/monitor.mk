@@ -24,7 +24,7 @@ $(MON_FAKE): test/monitor/fakepatch.c | $(DEPS_STAMP)
 $(BUILD)/test/test_patched_exports: test/monitor/test_patched_exports.c test/preload/common.h test/preload/stale.h \
                                      test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 TEST_BINS += $(MON_BIN) $(MON_LIB) $(MON_FAKE) $(BUILD)/test/test_patched_exports
 TEST_CMDS += "$(MON_RUN) $(MON_BIN) $(abspath $(MON_LIB))"

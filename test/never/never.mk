@@ -12,7 +12,7 @@ NEVER_UFFD := $(NEVER_PRE) MRCACHE_MONITOR=patch,preload,uffd
 $(BUILD)/test/never_%: test/never/%.c test/never/never.h test/preload/common.h test/preload/rdma_loop.h \
                        test/check.h test/snic/snic.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 TEST_BINS += $(NEVER_BINS)
 TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_snic_faults"

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -124,19 +125,52 @@ static void slot_put(uint32_t seg)
     r->free[r->nfree++] = (uint16_t)(seg & (SNIC_RING_SLOTS - 1));
 }
 
+/* Pages this process has pinned. A real NIC charges its pins to the process
+ * (mm->pinned_vm against RLIMIT_MEMLOCK); io_uring charges them to the user, across all of
+ * the user's processes, and frees an exited process's charge a few milliseconds after it
+ * is gone. A pin the user's charge refuses while this process alone would be within the
+ * limit is therefore retried for up to PIN_WAIT_MS: processes run one after another see a
+ * NIC's per-process limit, and a pin over the limit fails at once. */
+#define PIN_WAIT_MS 1000
+static uint64_t own_pages;
+
+static uint64_t iov_pages(const struct iovec *iov)
+{
+    uintptr_t a = (uintptr_t)iov->iov_base, m = page_mask();
+
+    return iov->iov_len ? (((a + iov->iov_len - 1) | m) - (a & ~m) + 1) / (m + 1) : 0;
+}
+
+/* Whether a refusal of need more pages may be another process's charge. */
+static int charge_is_others(uint64_t need)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    return __atomic_load_n(&own_pages, __ATOMIC_RELAXED) + need <= rl.rlim_cur / (page_mask() + 1);
+}
+
 /* Fills or empties a slot; the kernel pins or unpins right here. */
 static int slot_update(uint32_t seg, const struct iovec *iov)
 {
     int ret;
 
-    do
-        ret = io_uring_register_buffers_update_tag(seg_ring(seg), seg & (SNIC_RING_SLOTS - 1),
-                                                   iov, NULL, 1);
-    while (ret == -EINTR);
+    for (unsigned waited = 0;; waited++) {
+        do
+            ret = io_uring_register_buffers_update_tag(seg_ring(seg), seg & (SNIC_RING_SLOTS - 1),
+                                                       iov, NULL, 1);
+        while (ret == -EINTR);
+        if (ret != -ENOMEM || !iov->iov_len || waited == PIN_WAIT_MS || !charge_is_others(iov_pages(iov)))
+            break;
+        usleep(1000);
+    }
+    if (ret >= 0)
+        __atomic_add_fetch(&own_pages, iov_pages(iov), __ATOMIC_RELAXED);
     return ret < 0 ? -ret : 0;
 }
 
-static void slot_clear(uint32_t seg)
+static void slot_clear(uint32_t seg, const struct iovec *was)
 {
     const struct iovec none = { 0 };
     int err = slot_update(seg, &none);
@@ -147,6 +181,7 @@ static void slot_clear(uint32_t seg)
                  seg & (SNIC_RING_SLOTS - 1), seg >> SLOT_BITS, strerror(err));
         return;
     }
+    __atomic_sub_fetch(&own_pages, iov_pages(was), __ATOMIC_RELAXED);
     pthread_mutex_lock(&pin_lock);
     slot_put(seg);
     pthread_mutex_unlock(&pin_lock);
@@ -186,8 +221,11 @@ int pin_range(struct snic_pin *pin, void *addr, size_t len)
         err = slot_update(seg_get(pin, i), &iov);
         if (err) {
             /* Unwind: the pinned ones are emptied, the rest were never filled. */
-            for (uint32_t j = 0; j < i; j++)
-                slot_clear(seg_get(pin, j));
+            for (uint32_t j = 0; j < i; j++) {
+                struct iovec was = seg_iov(pin, j);
+
+                slot_clear(seg_get(pin, j), &was);
+            }
             pthread_mutex_lock(&pin_lock);
             for (uint32_t j = i; j < nseg; j++)
                 slot_put(seg_get(pin, j));
@@ -202,8 +240,11 @@ int pin_range(struct snic_pin *pin, void *addr, size_t len)
 
 void pin_release(struct snic_pin *pin)
 {
-    for (uint32_t i = 0; i < pin->nseg; i++)
-        slot_clear(seg_get(pin, i));
+    for (uint32_t i = 0; i < pin->nseg; i++) {
+        struct iovec was = seg_iov(pin, i);
+
+        slot_clear(seg_get(pin, i), &was);
+    }
     if (pin->nseg > 1)
         free(pin->seg.many);
 }

@@ -4,6 +4,6 @@ MONITOR_UNIT_OBJS := $(addprefix $(BUILD)/obj/,monitor/unmap.o monitor/maps.o mo
                        util/real.o util/log.o)
 $(BUILD)/test/test_monitor: test/unit/test_monitor.c test/check.h $(MONITOR_UNIT_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Isrc -Itest -o $@ $< $(MONITOR_UNIT_OBJS) $(LDFLAGS) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Isrc -Itest -o $@ $< $(MONITOR_UNIT_OBJS) $(LDFLAGS) -ldl -lpthread
 TEST_BINS += $(BUILD)/test/test_monitor
 TEST_CMDS += $(BUILD)/test/test_monitor

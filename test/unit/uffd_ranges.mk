@@ -3,6 +3,6 @@
 UFFD_RANGES_TEST := $(BUILD)/test/test_uffd_ranges
 $(UFFD_RANGES_TEST): test/unit/test_uffd_ranges.c $(BUILD)/obj/monitor/uffd_ranges.o src/monitor/uffd_ranges.h test/check.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Isrc -Itest -o $@ $(filter %.c %.o,$^) $(LDFLAGS)
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Isrc -Itest -o $@ $(filter %.c %.o,$^) $(LDFLAGS)
 TEST_BINS += $(UFFD_RANGES_TEST)
 TEST_CMDS += $(UFFD_RANGES_TEST)

@@ -20,12 +20,12 @@ WILD_UCS_SO := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libucs.so.0 /usr
 
 $(BUILD)/test/test_wild_%: test/wild/test_wild_%.c $(WILD_HDRS) $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload -Itest/wild $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread -luring
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload -Itest/wild $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread -luring
 
 ifneq ($(WILD_UCS_SO),)
 $(BUILD)/test/test_wild_ucx_linked: test/wild/test_wild_ucx.c $(WILD_HDRS) $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -DWILD_UCX_LINKED $(SNIC_CFLAGS) -Itest -Itest/preload -Itest/wild $< -o $@ $(LDFLAGS) \
+	$(call say,LD,$@)$(CC) $(CFLAGS) -DWILD_UCX_LINKED $(SNIC_CFLAGS) -Itest -Itest/preload -Itest/wild $< -o $@ $(LDFLAGS) \
 	    $(SNIC_LINK) -Wl,--no-as-needed $(WILD_UCS_SO) -Wl,--as-needed -ldl -lpthread
 WILD_THREE += ucx_linked
 endif
