@@ -7,6 +7,7 @@
 #define MRC_TEST_CHECK_H
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,17 @@ static const char *check_skip_why;  /* set by SKIP_TEST in the running test */
 /* A running test whose precondition did not happen (an interleaving it waits for, a
  * resource): it reports SKIP with the reason instead of ok, unless a CHECK failed. */
 #define SKIP_TEST(why) (check_skip_why = (why))
+
+/* SKIP_TEST with a formatted reason. */
+static char check_skip_buf[256];
+__attribute__((format(printf, 1, 2), unused)) static void check_skipf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(check_skip_buf, sizeof(check_skip_buf), fmt, ap);
+    va_end(ap);
+    check_skip_why = check_skip_buf;
+}
 
 static inline void check_run(const char *name, void (*fn)(void))
 {
@@ -119,6 +131,22 @@ static inline const char *check_size_str(char *buf, size_t len, unsigned long lo
     else
         snprintf(buf, len, "%.1f %s", (double)bytes / (double)(1ull << (10 * u)), unit[u]);
     return buf;
+}
+
+/* The number after "key:" on the last line of a /proc file that names it ("Hugepagesize"
+ * in /proc/meminfo, "Private_Dirty" in /proc/self/smaps_rollup), or -1. */
+static inline long check_proc_field(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "re");
+    char line[256];
+    long v = -1;
+    size_t k = strlen(key);
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, key, k) && line[k] == ':')
+            v = strtol(line + k + 1, NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
 }
 
 /* NULL if this process may pin bytes at once (CAP_IPC_LOCK, or an RLIMIT_MEMLOCK at

@@ -1,13 +1,12 @@
 /* never.h - what the "never worse than no cache" tests share: whether libmrcache is in
  * front, the software NIC's failure injector and counters (looked up with dlsym, as
- * common.h does), a counter of the cache's JSON statistics, this process's VMAs and
- * private memory, and a bounded wait. Each test runs the same program with and without
+ * common.h does), a counter of the cache's JSON statistics, this process's VMAs, and a
+ * bounded wait. Each test runs the same program with and without
  * the preload; the run without it is the reference. Header-only, over common.h. */
 #ifndef MRC_NEVER_H
 #define MRC_NEVER_H
 
 #include <fcntl.h>
-#include <stdarg.h>
 #include <sys/syscall.h>
 
 #include "common.h"
@@ -122,21 +121,6 @@ static inline long never_maps(void)
     return lines;
 }
 
-/* A field of /proc/self/smaps_rollup in KiB ("Private_Dirty", "Anonymous", ...), or -1. */
-static inline long never_rollup_kib(const char *field)
-{
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    char line[256];
-    long v = -1;
-    size_t n = strlen(field);
-    while (f && fgets(line, sizeof(line), f))
-        if (!strncmp(line, field, n) && line[n] == ':')
-            v = strtol(line + n + 1, NULL, 10);
-    if (f)
-        fclose(f);
-    return v;
-}
-
 /* Waits until cond() holds, looking every 10 ms, for at most 10 s: "eventually", as a
  * helper thread may do the work; never an assertion on how long it took. */
 static inline int never_eventually(int (*cond)(void))
@@ -148,39 +132,5 @@ static inline int never_eventually(int (*cond)(void))
     }
     return cond();
 }
-
-/* A test whose precondition did not happen calls never_skip(why) and returns; NEVER_RUN
- * then prints it as skipped (a failed CHECK still makes it fail). */
-static char never_skip_buf[256];
-static const char *never_skip_why;
-
-static inline void never_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static inline void never_skip(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(never_skip_buf, sizeof(never_skip_buf), fmt, ap);
-    va_end(ap);
-    never_skip_why = never_skip_buf;
-}
-
-static inline void never_run(const char *name, void (*fn)(void))
-{
-    check_failures = 0;
-    never_skip_why = NULL;
-    fn();
-    fflush(stderr);
-    if (check_failures) {
-        check_tests_failed++;
-        printf("not ok - %s\n", name);
-    } else if (never_skip_why) {
-        printf("ok - %s # SKIP %s\n", name, never_skip_why);
-    } else {
-        printf("ok - %s\n", name);
-    }
-    fflush(stdout);
-}
-
-#define NEVER_RUN(fn) never_run(#fn, fn)
 
 #endif

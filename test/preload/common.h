@@ -245,6 +245,23 @@ static inline uint64_t nic_regs(void)
     return s.reg_calls;
 }
 
+/* libmrcache's userfaultfd, found as a program could find it in /proc/self/fd: its
+ * descriptor number, or -1. */
+static inline int uffd_fd_find(void)
+{
+    char link[64], target[64];
+    for (int fd = 3; fd < 1024; fd++) {
+        snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, target, sizeof(target) - 1);
+        if (n > 0) {
+            target[n] = 0;
+            if (strstr(target, "userfaultfd"))
+                return fd;
+        }
+    }
+    return -1;
+}
+
 /* MRs alive on the device. Software NIC: all of them, whoever made them. Real device:
  * the registrations libmrcache holds (made around it, the loop's source is not one), so
  * tests counting MRs made around the cache run only on the software NIC. */

@@ -13,41 +13,9 @@
 #include <unistd.h>
 
 #include "stale.h"
+#include "ucm_watch.h"
 
-static int with_ucs;
 static int (*libc_munmap)(void *, size_t);
-
-/* ---- UCX's view: ucm_set_event_handler (ucm/api/ucm.h), looked up, not linked ---- */
-
-#define UCM_EVENT_VM_UNMAPPED (1 << 17)
-struct ucm_vm_event {        /* ucm_event_t's vm_unmapped member, at the union's start */
-    void *address;
-    size_t size;
-};
-static volatile uintptr_t ucx_watch;    /* the address whose unmap UCX must report */
-static volatile int ucx_saw;
-
-static void ucx_unmapped(int type, void *event, void *arg)
-{
-    const struct ucm_vm_event *e = event;
-    (void)arg;
-    uintptr_t a = (uintptr_t)e->address;
-    if (type == UCM_EVENT_VM_UNMAPPED && ucx_watch >= a && ucx_watch < a + e->size)
-        ucx_saw = 1;
-}
-
-static void ucx_expect(const void *p)
-{
-    ucx_saw = 0;
-    ucx_watch = (uintptr_t)p;
-}
-
-static void ucx_check(const char *what)
-{
-    if (with_ucs)
-        CHECKF(ucx_saw, "%s: UCX's VM_UNMAPPED callback did not fire: its hook was lost", what);
-    ucx_watch = 0;
-}
 
 /* ---- the paths ---- */
 
@@ -92,15 +60,10 @@ static int load_late(const char *lib)
     }
     if (!strstr(lib, "libucs"))
         return 0;
-    void *ucm = dlopen("libucm.so.0", RTLD_NOW | RTLD_NOLOAD);
-    int (*set)(int, int, void (*)(int, void *, void *), void *) =
-        ucm ? (int (*)(int, int, void (*)(int, void *, void *), void *))dlsym(ucm, "ucm_set_event_handler") : NULL;
-    CHECK(set != NULL);
     /* UCS_OK (0) only if UCX's own test of its hooks saw every event: it fails when a
      * preload hook sends its calls past UCX's patched entry points. */
-    int st = set ? set(UCM_EVENT_VM_UNMAPPED, 0, ucx_unmapped, NULL) : -1;
-    CHECKF(st == 0, "ucm_set_event_handler(VM_UNMAPPED) returned %d", st);
-    with_ucs = 1;
+    ucx_watch_unmaps();
+    ucx_on = 1;
     return 0;
 }
 

@@ -7,7 +7,7 @@
 UCS_BIN := $(BUILD)/test/test_ucs
 UCS_RUN := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off MRCACHE_MALLOC_HOOKS=0
 
-$(UCS_BIN): test/ucs/test_ucs.c test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
+$(UCS_BIN): test/ucs/test_ucs.c test/preload/ucm_watch.h test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 

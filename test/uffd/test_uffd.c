@@ -185,22 +185,6 @@ static void test_file_backed_unwatched(void)
     close(f);
 }
 
-/* libmrcache's userfaultfd, found as a program could find it in /proc/self/fd. */
-static int find_our_uffd(void)
-{
-    char link[64], target[64];
-    for (int fd = 3; fd < 1024; fd++) {
-        snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(link, target, sizeof(target) - 1);
-        if (n > 0) {
-            target[n] = 0;
-            if (strstr(target, "userfaultfd"))
-                return fd;
-        }
-    }
-    return -1;
-}
-
 static uint64_t faults_answered(void)
 {
     char buf[1 << 16];
@@ -227,7 +211,7 @@ static void test_fault_is_answered(void)
     CHECK(mr != NULL);
     uint64_t before = faults_answered();
     CHECK(before == 0);      /* writes to watched pages never fault */
-    int fd = find_our_uffd();
+    int fd = uffd_fd_find();
     CHECK(fd >= 0);
     struct uffdio_writeprotect wp = { .range = { (uintptr_t)p, 4096 }, .mode = UFFDIO_WRITEPROTECT_MODE_WP };
     CHECKF(fd >= 0 && ioctl(fd, UFFDIO_WRITEPROTECT, &wp) == 0, "UFFDIO_WRITEPROTECT: %s", strerror(errno));
@@ -261,7 +245,7 @@ static void still_watching(const char *after)
 static void test_descriptor_moves_out_of_the_way(void)
 {
     still_watching("the start");
-    int n = find_our_uffd();
+    int n = uffd_fd_find();
     CHECK(n >= 3);
     CHECK(close(n) == 0);
     CHECK(fcntl(n, F_GETFD) == -1 && errno == EBADF);
@@ -274,16 +258,16 @@ static void test_descriptor_moves_out_of_the_way(void)
     }
     CHECK(write(fds[1], "0123456789abcdef", 16) == 16);
     still_watching("close");
-    int m = find_our_uffd();
+    int m = uffd_fd_find();
     CHECK(m >= 3 && m != n);
     CHECK(close_range((unsigned)m, (unsigned)m, 0) == 0);
     still_watching("close_range");
-    int k = find_our_uffd();
+    int k = uffd_fd_find();
     CHECK(k >= 3 && k != m && dup2(fds[1], k) == k);
     still_watching("dup2 onto it");
     char got[16];
     CHECK(read(fds[0], got, sizeof(got)) == 16 && !memcmp(got, "0123456789abcdef", 16));
-    CHECK(find_our_uffd() >= 3 && uffd_on());
+    CHECK(uffd_fd_find() >= 3 && uffd_on());
     close(fds[0]);
     close(fds[1]);
     close(k);

@@ -35,17 +35,6 @@ static char *map_memfd(size_t len, int flags, int *fd)
     return p == MAP_FAILED ? NULL : p;
 }
 
-/* Whether the page at p differs from before_frame (content if frames are hidden: the
- * first registration left 0x11). Reads p, so it is mapped again. */
-static int page_replaced(const char *p, uint64_t before_frame)
-{
-    unsigned char v = *(volatile const unsigned char *)p;
-    uint64_t now = page_frame(p);
-    if (before_frame && now)
-        return now != before_frame;
-    return v != 0x11;
-}
-
 /* The advice changed the buffer's pages (then they must be seen) or it did not (said, and
  * the registration again must still see them: the kernel kept the pinned pages). */
 static void after_advice(char *p, size_t len, uint64_t frame, const char *what)
@@ -61,7 +50,7 @@ static void after_advice(char *p, size_t len, uint64_t frame, const char *what)
 static void after_discarding_advice(char *p, size_t len, uint64_t frame, const char *what)
 {
     if (!page_replaced(p, frame)) {
-        wild_skip("%s left the pages in place", what);
+        check_skipf("%s left the pages in place", what);
         return;
     }
     registered_again(p, len, what);
@@ -73,7 +62,7 @@ static void after_discarding_advice(char *p, size_t len, uint64_t frame, const c
 static int guard(char *p, size_t len, const char *what)
 {
     if (madvise(p, len, ADV_GUARD_INSTALL) != 0) {
-        wild_skip("madvise(MADV_GUARD_INSTALL) on %s: %s (Linux 6.13+)", what, strerror(errno));
+        check_skipf("madvise(MADV_GUARD_INSTALL) on %s: %s (Linux 6.13+)", what, strerror(errno));
         return 0;
     }
     CHECK(madvise(p, len, ADV_GUARD_REMOVE) == 0);
@@ -224,7 +213,7 @@ static void self_case(char *p, int advice, const char *what)
     uint64_t frame = page_frame(p);
     int rc = process_advise(self_pidfd, p, LEN, advice);
     if (rc) {
-        wild_skip("%s: %s", what, strerror(rc));
+        check_skipf("%s: %s", what, strerror(rc));
         return;
     }
     if (advice == ADV_GUARD_INSTALL)
@@ -283,7 +272,7 @@ static void other_case(char *p, int advice, int discarding, const char *what)
     close(pipefd[0]);
     close(pipefd[1]);
     if (rc) {
-        wild_skip("%s: %s", what, strerror(rc));
+        check_skipf("%s: %s", what, strerror(rc));
         return;
     }
     if (discarding)
@@ -364,7 +353,7 @@ static void test_remap_file_pages_replaces_pages(void)
         uint64_t frame = page_frame(p);
         /* The buffer's range now maps the file's second megabyte. */
         if (remap_file_pages(p, LEN, 0, (size_t)LEN / (size_t)pg, 0) != 0)
-            wild_skip("remap_file_pages: %s", strerror(errno));
+            check_skipf("remap_file_pages: %s", strerror(errno));
         else
             after_discarding_advice(p, LEN, frame, "remap_file_pages over the buffer");
     }

@@ -75,21 +75,21 @@ static int file_open(struct file *f, enum backing_kind kind, int map_flags)
         snprintf(f->path, sizeof(f->path), "/dev/shm/wild-file-XXXXXX");
         f->fd = mkstemp(f->path);
         if (f->fd >= 0 && !fd_on_tmpfs(f->fd)) {
-            wild_skip("/dev/shm is not a tmpfs here");
+            check_skipf("/dev/shm is not a tmpfs here");
             return 0;
         }
         break;
     case DISK_FILE:
         f->fd = disk_file(f->path, sizeof(f->path));
         if (f->fd < 0) {
-            wild_skip("no disk file system among WILD_DISK_DIR, /var/tmp, /tmp");
+            check_skipf("no disk file system among WILD_DISK_DIR, /var/tmp, /tmp");
             return 0;
         }
         break;
     case HUGETLBFS_MEMFD:
         f->unit = huge_size();
         if (!f->unit || !hugepages_reserve(2 * UNITS, huge_why, sizeof(huge_why))) {
-            wild_skip("%s", huge_why[0] ? huge_why : "no huge pages");
+            check_skipf("%s", huge_why[0] ? huge_why : "no huge pages");
             return 0;
         }
         f->fd = memfd_create("wild-huge", MFD_CLOEXEC | MFD_HUGETLB);
@@ -214,17 +214,6 @@ static int ch_zero_range_keep_size(struct file *f)
 
 /* ---- the check ---- */
 
-/* Whether the page at p was replaced since before_frame (0: frames hidden, then by its
- * content: the first registration left 0x11 there). Reads p, so it is mapped again. */
-static int page_replaced(const char *p, uint64_t before_frame)
-{
-    unsigned char v = *(volatile const unsigned char *)p;
-    uint64_t now = page_frame(p);
-    if (before_frame && now)
-        return now != before_frame;
-    return v != 0x11;
-}
-
 /* The kernel (Linux 6.5 on) refuses a long-term writable pin (FOLL_LONGTERM|FOLL_WRITE,
  * what ib_umem_get asks for a writable MR, and io_uring for the software NIC's) of a
  * MAP_SHARED mapping of a file system that writes pages back: EFAULT. Such memory has no
@@ -238,7 +227,7 @@ static int registrable(struct file *f, void *p, size_t len)
         return 1;
     }
     if (errno == EFAULT && f->kind == DISK_FILE) {
-        wild_skip("the kernel refuses a writable long-term pin of a disk file's shared pages: %s", strerror(errno));
+        check_skipf("the kernel refuses a writable long-term pin of a disk file's shared pages: %s", strerror(errno));
         return 0;
     }
     CHECKF(0, "registering %s: %s", backing_name[f->kind], strerror(errno));
@@ -262,11 +251,11 @@ static void file_case(enum backing_kind kind, int map_flags, change_fn change, c
     uint64_t frame = page_frame(buf);
     int rc = change(&f);
     if (rc) {
-        wild_skip("%s on %s: %s", what, backing_name[kind], strerror(rc));
+        check_skipf("%s on %s: %s", what, backing_name[kind], strerror(rc));
         goto out;
     }
     if (!page_replaced(buf, frame)) {
-        wild_skip("%s on %s left the mapped pages in place", what, backing_name[kind]);
+        check_skipf("%s on %s left the mapped pages in place", what, backing_name[kind]);
         goto out;
     }
     if (no_libc_function(change) && (map_flags == MAP_PRIVATE ? wild_preloaded() : wild_shared_cached()))
@@ -390,7 +379,7 @@ static void test_private_file_mapping_read_first_then_truncated(void)
     uint64_t frame = page_frame(buf);
     CHECK(ch_ftruncate(&f) == 0);
     if (!page_replaced(buf, frame)) {
-        wild_skip("ftruncate left the MAP_PRIVATE mapping's pages in place");
+        check_skipf("ftruncate left the MAP_PRIVATE mapping's pages in place");
         goto out;
     }
     registered_again(buf, 2 * f.unit, "ftruncate under a MAP_PRIVATE mapping read before registering");

@@ -35,7 +35,7 @@ static char *huge_aligned_hole(size_t len, char **raw, size_t *rawlen)
 static int need_huge(long n)
 {
     if (!H || !hugepages_reserve(n, huge_why, sizeof(huge_why))) {
-        wild_skip("%s", huge_why[0] ? huge_why : "no huge pages");
+        check_skipf("%s", huge_why[0] ? huge_why : "no huge pages");
         return 0;
     }
     return 1;
@@ -47,7 +47,7 @@ static int replaced(const char *p, const char *how)
 {
     if (p[0] != 0x11)
         return 1;
-    wild_skip("%s left the buffer's pages in place", how);
+    check_skipf("%s left the buffer's pages in place", how);
     return 0;
 }
 
@@ -124,7 +124,7 @@ static void test_hugetlb_shmat_remap_small_segment_replaces_huge_page(void)
     /* A 4 KiB segment: shm_segsz says 4096, its file (and the attach) is a huge page. */
     int id = shmget(IPC_PRIVATE, 4096, IPC_CREAT | SHM_HUGETLB | 0600);
     if (id < 0)
-        wild_skip("shmget(SHM_HUGETLB): %s", strerror(errno));
+        check_skipf("shmget(SHM_HUGETLB): %s", strerror(errno));
     if (!p || id < 0 || !first_registration(p + BUF_OFF, BUF_LEN))
         goto out;
     CHECK(shmat(id, p, SHM_REMAP) == p);
@@ -149,7 +149,7 @@ static void test_hugetlb_munmap_part_of_huge_page(void)
     if (!p || !first_registration(p + BUF_OFF, BUF_LEN))
         goto out;
     if (munmap(p, 4096) != 0) {
-        wild_skip("the kernel refuses to unmap part of a huge page: %s", strerror(errno));
+        check_skipf("the kernel refuses to unmap part of a huge page: %s", strerror(errno));
         goto out;
     }
     huge_map(p, H, MAP_FIXED_NOREPLACE);

@@ -13,17 +13,6 @@
 
 #define LEN (1u << 20)
 
-/* Whether the page at p differs from before_frame (content if frames are hidden: the
- * first registration left 0x11). Reads p, so it is mapped again. */
-static int page_replaced(const char *p, uint64_t before_frame)
-{
-    unsigned char v = *(volatile const unsigned char *)p;
-    uint64_t now = page_frame(p);
-    if (before_frame && now)
-        return now != before_frame;
-    return v != 0x11;
-}
-
 /* Runs other(arg) in another process (a copy: it has the same mappings and files) and
  * waits for it; its nonzero result fails the test. _Fork, not fork: fork's handlers let
  * libmrcache release idle registrations first, and the other process stands for an
@@ -48,7 +37,7 @@ static void shared_case(char *p, int (*other)(void *), void *arg, int discarding
     uint64_t frame = page_frame(p);
     in_other_process(other, arg);
     if (discarding && !page_replaced(p, frame)) {
-        wild_skip("%s left our pages in place", what);
+        check_skipf("%s left our pages in place", what);
         return;
     }
     if (!discarding)

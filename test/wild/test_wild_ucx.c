@@ -9,6 +9,7 @@
 #include <sys/ipc.h>
 #include <sys/shm.h>
 
+#include "ucm_watch.h"
 #include "wild.h"
 
 #define LEN (1u << 20)
@@ -17,39 +18,6 @@
 static const char *const entry_names[] = { "munmap", "mmap", "mremap", "madvise", "shmat", "shmdt", "brk", "sbrk" };
 #define N_ENTRIES (sizeof(entry_names) / sizeof(entry_names[0]))
 static unsigned char entry_before[N_ENTRIES][8];
-
-/* ---- UCX's own view: its VM_UNMAPPED event must keep firing (a fix must chain, not
- * take UCX's hook away). ucm_set_event_handler, looked up, not linked. ---- */
-
-#define UCM_EVENT_VM_UNMAPPED (1 << 17)
-struct ucm_vm_event {   /* ucm_event_t's vm_unmapped member, at the union's start */
-    void *address;
-    size_t size;
-};
-static volatile uintptr_t ucx_watch;
-static volatile int ucx_saw, ucx_on;
-
-static void ucx_unmapped(int type, void *event, void *arg)
-{
-    const struct ucm_vm_event *e = event;
-    (void)arg;
-    uintptr_t a = (uintptr_t)e->address;
-    if (type == UCM_EVENT_VM_UNMAPPED && ucx_watch >= a && ucx_watch < a + e->size)
-        ucx_saw = 1;
-}
-
-static void ucx_expect(const void *p)
-{
-    ucx_saw = 0;
-    ucx_watch = (uintptr_t)p;
-}
-
-static void ucx_check(const char *what)
-{
-    if (ucx_on)
-        CHECKF(ucx_saw, "%s: UCX's VM_UNMAPPED callback did not fire", what);
-    ucx_watch = 0;
-}
 
 static void entries_snapshot(unsigned char out[N_ENTRIES][8])
 {
@@ -233,13 +201,7 @@ static int load_ucx(void)
         return 1;
     }
 #endif
-    void *ucm = dlopen("libucm.so.0", RTLD_NOW | RTLD_NOLOAD);
-    int (*set)(int, int, void (*)(int, void *, void *), void *) =
-        ucm ? (int (*)(int, int, void (*)(int, void *, void *), void *))dlsym(ucm, "ucm_set_event_handler") : NULL;
-    CHECK(set != NULL);
-    int st = set ? set(UCM_EVENT_VM_UNMAPPED, 0, ucx_unmapped, NULL) : -1;
-    CHECKF(st == 0, "ucm_set_event_handler(VM_UNMAPPED) returned %d", st);
-    ucx_on = st == 0;
+    ucx_on = ucx_watch_unmaps() == 0;
     return 0;
 }
 

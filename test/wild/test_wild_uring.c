@@ -43,19 +43,8 @@ static int op_supported(int op, const char *name)
 {
     if (probe && io_uring_opcode_supported(probe, op))
         return 1;
-    wild_skip("this kernel's io_uring has no %s", name);
+    check_skipf("this kernel's io_uring has no %s", name);
     return 0;
-}
-
-/* Whether the page at p differs from before_frame (content if frames are hidden: the
- * first registration left 0x11). Reads p, so it is mapped again. */
-static int page_replaced(const char *p, uint64_t before_frame)
-{
-    unsigned char v = *(volatile const unsigned char *)p;
-    uint64_t now = page_frame(p);
-    if (before_frame && now)
-        return now != before_frame;
-    return v != 0x11;
 }
 
 /* The running test's known limit in this run, if any: excuses only the final check. */
@@ -64,11 +53,11 @@ static const char *limit;
 static void after_change(char *p, uint64_t frame, int rc, const char *what)
 {
     if (rc < 0) {
-        wild_skip("%s: %s", what, strerror(-rc));
+        check_skipf("%s: %s", what, strerror(-rc));
         return;
     }
     if (!page_replaced(p, frame)) {
-        wild_skip("%s left the pages in place", what);
+        check_skipf("%s left the pages in place", what);
         return;
     }
     if (limit)

@@ -15,20 +15,11 @@
 
 #include "stale.h"
 
-/* Why the running test cannot show its change here; empty while it can. */
-static char wild_skip_why[256];
 /* Why the running test's change is a known limit in this run (no source of the run can
  * see it); empty while the test must pass. Failures before it was declared stay failures. */
 static char wild_todo_why[256];
 static int wild_todo_at;
 
-__attribute__((format(printf, 1, 2), unused)) static void wild_skip(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(wild_skip_why, sizeof(wild_skip_why), fmt, ap);
-    va_end(ap);
-}
 
 /* A fact about the kernel a test measured, for the reader of the log (run-tests.sh counts
  * only "ok"/"not ok" lines). */
@@ -76,7 +67,7 @@ static inline int wild_shared_cached(void)
 static inline void wild_run(const char *name, void (*fn)(void))
 {
     new_pd();
-    wild_skip_why[0] = 0;
+    check_skip_why = NULL;
     wild_todo_why[0] = 0;
     wild_todo_at = 0;
     check_failures = 0;
@@ -87,10 +78,10 @@ static inline void wild_run(const char *name, void (*fn)(void))
     } else if (check_failures) {
         check_tests_failed++;
         printf("not ok - %s\n", name);
-    } else if (wild_todo_why[0] && !wild_skip_why[0]) {
+    } else if (wild_todo_why[0] && !check_skip_why) {
         printf("ok - %s # TODO %s\n", name, wild_todo_why);
-    } else if (wild_skip_why[0]) {
-        check_skip(name, wild_skip_why);
+    } else if (check_skip_why) {
+        check_skip(name, check_skip_why);
     } else {
         printf("ok - %s\n", name);
     }
@@ -139,6 +130,17 @@ static inline uint64_t page_frame(const void *p)
     return (e >> 63) ? e & ((1ull << 55) - 1) : 0;
 }
 
+/* Whether the page at p differs from before_frame (0: frames hidden, then by its content:
+ * first_registration left 0x11 there). Reads p, so it is mapped again. */
+static inline int page_replaced(const char *p, uint64_t before_frame)
+{
+    unsigned char v = *(volatile const unsigned char *)p;
+    uint64_t now = page_frame(p);
+    if (before_frame && now)
+        return now != before_frame;
+    return v != 0x11;
+}
+
 /* Whether the file system under fd is tmpfs (no block device: memfd, /dev/shm, ...). */
 static inline int fd_on_tmpfs(int fd)
 {
@@ -173,24 +175,10 @@ static inline int write_long(const char *path, long v)
     return rc;
 }
 
-static inline long meminfo(const char *key)
-{
-    FILE *f = fopen("/proc/meminfo", "re");
-    char line[128];
-    long v = -1;
-    size_t k = strlen(key);
-    while (f && fgets(line, sizeof(line), f))
-        if (!strncmp(line, key, k) && line[k] == ':')
-            v = strtol(line + k + 1, NULL, 10);
-    if (f)
-        fclose(f);
-    return v;
-}
-
 /* The default huge page size in bytes (0 without hugetlb). */
 static inline size_t huge_size(void)
 {
-    long kb = meminfo("Hugepagesize");
+    long kb = check_proc_field("/proc/meminfo", "Hugepagesize");
     return kb > 0 ? (size_t)kb << 10 : 0;
 }
 
@@ -220,7 +208,7 @@ static inline int hugepages_reserve(long n, char *why, size_t whylen)
         snprintf(why, whylen, "no hugetlb support in this kernel");
         return 0;
     }
-    long avail = meminfo("HugePages_Free") - meminfo("HugePages_Rsvd");
+    long avail = check_proc_field("/proc/meminfo", "HugePages_Free") - check_proc_field("/proc/meminfo", "HugePages_Rsvd");
     if (avail >= n)
         return 1;
     long cur = read_long("/proc/sys/vm/nr_hugepages");
@@ -243,7 +231,7 @@ static inline int hugepages_reserve(long n, char *why, size_t whylen)
         signal(SIGHUP, hugepages_on_signal);
     }
     huge_set = read_long("/proc/sys/vm/nr_hugepages");
-    avail = meminfo("HugePages_Free") - meminfo("HugePages_Rsvd");
+    avail = check_proc_field("/proc/meminfo", "HugePages_Free") - check_proc_field("/proc/meminfo", "HugePages_Rsvd");
     if (avail < n) {
         snprintf(why, whylen, "asked for %ld huge pages, the kernel found %ld (memory fragmented?)", n, avail);
         return 0;

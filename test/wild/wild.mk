@@ -10,7 +10,7 @@
 # there, reported as TODO.
 WILD_THREE := fork ucx
 WILD_FIVE := hugetlb files advice shmdt shared uring
-WILD_HDRS := test/wild/wild.h test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h
+WILD_HDRS := test/wild/wild.h test/preload/ucm_watch.h test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h
 WILD_ENV := LD_LIBRARY_PATH=$(SNIC_DIR) MRCACHE_STATS=off
 WILD_PRELOAD := LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB))
 WILD_TIMEOUT := timeout 300
