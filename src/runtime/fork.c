@@ -42,7 +42,7 @@ void mrc_rt_before_fork(void)
      * child. Memory the program deregistered must be there, so idle cached MRs are
      * deregistered first, whatever MRCACHE_FORK says. Done before fork, not in an atfork
      * handler, whose order against libibverbs' own handlers is not ours to choose. */
-    if (!mrc_ready() || !__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) || mrc_verbs_in_reg())
+    if (!mrc_rt_cache_live() || mrc_verbs_in_reg())
         return;
     int saved = errno;
     if (!mrc_real_resolve_verbs() && mrc_real.is_fork_initialized &&

@@ -41,7 +41,7 @@ void mrc_rt_before_collapse(const void *addr, size_t len)
 {
     /* glibc never asks for MADV_COLLAPSE itself, so this is the program's call, made
      * under no allocator lock: deregistering here is as safe as in ibv_dereg_mr. */
-    if (!len || !mrc_ready() || !__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) || mrc_verbs_in_reg())
+    if (!len || !mrc_rt_cache_live() || mrc_verbs_in_reg())
         return;
     int saved = errno;
     uintptr_t a = (uintptr_t)addr;

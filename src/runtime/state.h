@@ -33,7 +33,7 @@ static inline int mrc_ready(void)
 }
 
 /* Fork by any path (fork.c). The mark reads zero in a child made without fork()'s
- * handlers (_Fork, clone, syscall): every gate checks it first, and such a child then
+ * handlers (_Fork, clone, syscall): the gates check it, and such a child then
  * forgets its parent's cache, as the atfork child handler does. */
 extern const uint32_t *mrc_rt_mark;
 void mrc_rt_child_detected(void);
@@ -41,6 +41,17 @@ static inline void mrc_rt_fork_check(void)
 {
     if (__builtin_expect(!*__atomic_load_n(&mrc_rt_mark, __ATOMIC_RELAXED), 0))
         mrc_rt_child_detected();
+}
+
+/* Whether the cache may hold registrations of this process to release: ready, in use,
+ * and its own (a child made without fork()'s handlers forgets its parent's first). For
+ * the paths that release idle registrations outside the verbs gates (fork, collapse). */
+static inline int mrc_rt_cache_live(void)
+{
+    if (!mrc_ready())
+        return 0;
+    mrc_rt_fork_check();
+    return __atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) != 0;
 }
 
 /* Maps the mark page and installs the atfork handlers. From init. */

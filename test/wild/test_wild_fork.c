@@ -143,7 +143,59 @@ static void child_exit_in_use_body(void)
     ibv_dereg_mr(mr);
 }
 
+/* ---- the child's first call into libmrcache releases idle registrations ---- */
+
+/* fork(): idle cached registrations are released before it (MRCACHE_FORK=release). */
+static int child_forks(void)
+{
+    alarm(30);
+    fflush(NULL);
+    pid_t g = fork();
+    if (g == 0)
+        _exit(0);
+    int st = 0;
+    return g > 0 && waitpid(g, &st, 0) == g && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+/* MADV_COLLAPSE: idle registrations over the range are released before it (its result,
+ * EAGAIN or EINVAL where the kernel cannot collapse, does not matter here). */
+static int child_collapses(void)
+{
+    alarm(30);
+    madvise(child_buf, LEN, MADV_COLLAPSE);
+    return 0;
+}
+
+/* The parent's buffer, cached and idle, must still be registered at the NIC after such a
+ * child: the child's release is of its parent's MRs, which it must forget first. */
+static void child_releases_body(void)
+{
+    child_buf = map_anon(NULL, LEN, 0);
+    if (!first_registration(child_buf, LEN))
+        return;
+    CHECK(child_result(spawn(cur_how)) == 0);
+    registered_again(child_buf, LEN, "the parent's cached buffer registered again after a child released idle MRs");
+}
+
+static void child_fork_body(void)
+{
+    child_body = child_forks;
+    child_releases_body();
+}
+
+static void child_collapse_body(void)
+{
+    child_body = child_collapses;
+    child_releases_body();
+}
+
 static void run_child_registers(void) { in_child(child_registers_body); }
+static void run_child_fork(void) { in_child(child_fork_body); }
+static void run_child_collapse(void) { in_child(child_collapse_body); }
 static void run_child_exit(void) { in_child(child_exit_body); }
 static void run_child_exit_in_use(void) { in_child(child_exit_in_use_body); }
 
@@ -159,6 +211,8 @@ int main(void)
         { "registers_its_own_pages", run_child_registers },
         { "exit_keeps_parents_cached_mr", run_child_exit },
         { "exit_keeps_parents_mr_in_use", run_child_exit_in_use },
+        { "fork_keeps_parents_cached_mr", run_child_fork },
+        { "madv_collapse_keeps_parents_cached_mr", run_child_collapse },
     };
     for (unsigned k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
         for (int h = VIA__FORK; h <= VIA_RAW_FORK; h++) {
