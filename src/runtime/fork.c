@@ -24,6 +24,7 @@
 #include "util/log.h"
 #include "util/rawmem.h"
 #include "util/real.h"
+#include "util/thread.h"
 
 #ifndef MADV_WIPEONFORK
 #define MADV_WIPEONFORK 18
@@ -87,6 +88,7 @@ static void fork_child(void)
         mrc_rt_stop_caching("fork: the PLT calls of free cannot all be sent back through the allocator hooks");
     mrc_stats_child_reset();
     mrc_callsite_child_reset();
+    mrc_thread_child_reset();
     __atomic_store_n(mark, 1u, __ATOMIC_RELEASE);
 }
 

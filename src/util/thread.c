@@ -17,6 +17,7 @@ static unsigned helpers;            /* helpers running (started, not yet leaving
 static int main_left = 1;           /* 1 until mrc_thread_watch_main watches a thread */
 static void (*on_main_left)(void);
 static pthread_key_t main_key;
+static int main_keyed;              /* main_key exists */
 
 int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name)
 {
@@ -92,11 +93,11 @@ static void main_key_gone(void *arg)
         on_main_left();
 }
 
-static void child_reset(void)
+void mrc_thread_child_reset(void)
 {
     /* The forking thread is the child's only one, and no helper came along. */
     __atomic_store_n(&helpers, 0u, __ATOMIC_RELAXED);
-    if (pthread_setspecific(main_key, &main_key) == 0)
+    if (main_keyed && pthread_setspecific(main_key, &main_key) == 0)
         __atomic_store_n(&main_left, 0, __ATOMIC_RELAXED);
 }
 
@@ -107,7 +108,7 @@ void mrc_thread_watch_main(void (*left)(void))
      * pthread_exit, not at the process's exit. */
     if (pthread_key_create(&main_key, main_key_gone) != 0)
         return;
-    pthread_atfork(NULL, NULL, child_reset);
+    main_keyed = 1;
     if (syscall(SYS_gettid) != getpid())
         return;   /* not the main thread: helpers look by themselves */
     if (pthread_setspecific(main_key, &main_key) == 0)

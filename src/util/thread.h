@@ -25,9 +25,12 @@ int mrc_thread_only_helpers(void);
 /* Arranges, from the main thread at start-up, that left() is called when that thread
  * ends with pthread_exit (its thread-specific data destructors run), and when the only
  * thread of a forked child does: until then the program has a thread, so a helper need
- * not look. left must only wake a helper (no lock, no allocation). Also resets the
- * helper count in a forked child, which has none. */
+ * not look. left must only wake a helper (no lock, no allocation). */
 void mrc_thread_watch_main(void (*left)(void));
+
+/* In a child, by any path of fork: it has no helper, and its one thread is the one to
+ * watch. */
+void mrc_thread_child_reset(void);
 
 /* Whether the thread watched by mrc_thread_watch_main has ended (1 as well if it was
  * never watched: a helper must then look by itself). */
