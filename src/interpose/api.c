@@ -1,9 +1,9 @@
 /* api.c - the exported public API (include/mrcache.h); each call forwards to its logic
- * in runtime/control.c, after initialising libmrcache if the call arrives before our
- * constructor (from another library's). Invariants: these symbols are ABI (their names and signatures
- * never change incompatibly: see the header); every call returns 0 or a count, or
- * -errno, and leaves errno as it found it (an allocator calling from free must not see
- * it change). */
+ * in runtime/control.c, which initialises libmrcache if the call arrives before our
+ * constructor (from another library's). Invariants: these symbols are ABI (their names
+ * and signatures never change incompatibly: see the header); every call returns 0 or a
+ * count, or -errno, and leaves errno as it found it (an allocator calling from free must
+ * not see it change). */
 #include <errno.h>
 
 #define MRCACHE_BUILDING_LIBRARY
@@ -15,7 +15,6 @@
 #define KEEP_ERRNO(call)                                                       \
     do {                                                                       \
         int saved_errno_ = errno;                                              \
-        mrc_init();                                                            \
         int rc_ = (call);                                                      \
         errno = saved_errno_;                                                  \
         return rc_;                                                            \

@@ -35,16 +35,46 @@ int __openat64_2(int dirfd, const char *path, int flags);
         }                                                      \
     } while (0)
 
-/* Returns call, bracketed when it truncates the file path names (relative to dirfd). */
-#define TRUNCATING_OPEN(call, dirfd, path, flags)                                          \
-    do {                                                                                  \
-        if (!((flags) & O_TRUNC))                                                         \
-            return call;                                                                  \
-        struct mrc_file_op op_;                                                           \
-        mrc_file_begin_path(&op_, dirfd, path, ((flags) & O_NOFOLLOW) != 0, 0);           \
-        int fd_ = call;                                                                   \
-        mrc_file_done(&op_, fd_);                                                         \
-        return fd_;                                                                       \
+/* The real open of each exported form. */
+enum opener { OPEN, OPEN64, OPENAT, OPENAT64, OPEN_2, OPEN64_2, OPENAT_2, OPENAT64_2, CREAT, CREAT64 };
+
+static int real_open(enum opener how, int dirfd, const char *path, int flags, mode_t mode)
+{
+    switch (how) {
+    case OPEN: return mrc_real.open(path, flags, mode);
+    case OPEN64: return mrc_real.open64(path, flags, mode);
+    case OPENAT: return mrc_real.openat(dirfd, path, flags, mode);
+    case OPENAT64: return mrc_real.openat64(dirfd, path, flags, mode);
+    case OPEN_2: return mrc_real.open_2(path, flags);
+    case OPEN64_2: return mrc_real.open64_2(path, flags);
+    case OPENAT_2: return mrc_real.openat_2(dirfd, path, flags);
+    case OPENAT64_2: return mrc_real.openat64_2(dirfd, path, flags);
+    case CREAT: return mrc_real.creat(path, mode);
+    case CREAT64: return mrc_real.creat64(path, mode);
+    }
+    errno = ENOSYS;
+    return -1;
+}
+
+/* An open that truncates the file path names (relative to dirfd), bracketed. Apart from
+ * the exports (and its op off their stack), so that an open without O_TRUNC is a test
+ * and a tail call. */
+__attribute__((noinline)) static int open_truncating(enum opener how, int dirfd, const char *path, int flags,
+                                                     mode_t mode)
+{
+    struct mrc_file_op op;
+    mrc_file_begin_path(&op, dirfd, path, (flags & O_NOFOLLOW) != 0, 0);
+    int fd = real_open(how, dirfd, path, flags, mode);
+    mrc_file_done(&op, fd);
+    return fd;
+}
+
+/* Returns call, or the same bracketed when it truncates. */
+#define OPEN_CALL(how, call, dirfd, path, flags, mode)              \
+    do {                                                            \
+        if (__builtin_expect(!((flags) & O_TRUNC), 1))              \
+            return call;                                            \
+        return open_truncating(how, dirfd, path, flags, mode);      \
     } while (0)
 
 MRC_EXPORT int open(const char *path, int flags, ...)
@@ -53,7 +83,7 @@ MRC_EXPORT int open(const char *path, int flags, ...)
     MODE_ARG(flags, mode);
     if (!READY(open))
         return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
-    TRUNCATING_OPEN(mrc_real.open(path, flags, mode), AT_FDCWD, path, flags);
+    OPEN_CALL(OPEN, mrc_real.open(path, flags, mode), AT_FDCWD, path, flags, mode);
 }
 
 MRC_EXPORT int open64(const char *path, int flags, ...)
@@ -62,7 +92,7 @@ MRC_EXPORT int open64(const char *path, int flags, ...)
     MODE_ARG(flags, mode);
     if (!READY(open64))
         return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
-    TRUNCATING_OPEN(mrc_real.open64(path, flags, mode), AT_FDCWD, path, flags);
+    OPEN_CALL(OPEN64, mrc_real.open64(path, flags, mode), AT_FDCWD, path, flags, mode);
 }
 
 MRC_EXPORT int openat(int dirfd, const char *path, int flags, ...)
@@ -71,7 +101,7 @@ MRC_EXPORT int openat(int dirfd, const char *path, int flags, ...)
     MODE_ARG(flags, mode);
     if (!READY(openat))
         return (int)syscall(SYS_openat, dirfd, path, flags, mode);
-    TRUNCATING_OPEN(mrc_real.openat(dirfd, path, flags, mode), dirfd, path, flags);
+    OPEN_CALL(OPENAT, mrc_real.openat(dirfd, path, flags, mode), dirfd, path, flags, mode);
 }
 
 MRC_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
@@ -80,49 +110,50 @@ MRC_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
     MODE_ARG(flags, mode);
     if (!READY(openat64))
         return (int)syscall(SYS_openat, dirfd, path, flags, mode);
-    TRUNCATING_OPEN(mrc_real.openat64(dirfd, path, flags, mode), dirfd, path, flags);
+    OPEN_CALL(OPENAT64, mrc_real.openat64(dirfd, path, flags, mode), dirfd, path, flags, mode);
 }
 
 MRC_EXPORT int __open_2(const char *path, int flags)
 {
     if (!READY(open_2))
         return (int)syscall(SYS_openat, AT_FDCWD, path, flags);
-    TRUNCATING_OPEN(mrc_real.open_2(path, flags), AT_FDCWD, path, flags);
+    OPEN_CALL(OPEN_2, mrc_real.open_2(path, flags), AT_FDCWD, path, flags, 0);
 }
 
 MRC_EXPORT int __open64_2(const char *path, int flags)
 {
     if (!READY(open64_2))
         return (int)syscall(SYS_openat, AT_FDCWD, path, flags);
-    TRUNCATING_OPEN(mrc_real.open64_2(path, flags), AT_FDCWD, path, flags);
+    OPEN_CALL(OPEN64_2, mrc_real.open64_2(path, flags), AT_FDCWD, path, flags, 0);
 }
 
 MRC_EXPORT int __openat_2(int dirfd, const char *path, int flags)
 {
     if (!READY(openat_2))
         return (int)syscall(SYS_openat, dirfd, path, flags);
-    TRUNCATING_OPEN(mrc_real.openat_2(dirfd, path, flags), dirfd, path, flags);
+    OPEN_CALL(OPENAT_2, mrc_real.openat_2(dirfd, path, flags), dirfd, path, flags, 0);
 }
 
 MRC_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
 {
     if (!READY(openat64_2))
         return (int)syscall(SYS_openat, dirfd, path, flags);
-    TRUNCATING_OPEN(mrc_real.openat64_2(dirfd, path, flags), dirfd, path, flags);
+    OPEN_CALL(OPENAT64_2, mrc_real.openat64_2(dirfd, path, flags), dirfd, path, flags, 0);
 }
 
+/* creat always truncates. */
 MRC_EXPORT int creat(const char *path, mode_t mode)
 {
     if (!READY(creat))
         return (int)syscall(SYS_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode);
-    TRUNCATING_OPEN(mrc_real.creat(path, mode), AT_FDCWD, path, O_TRUNC);
+    return open_truncating(CREAT, AT_FDCWD, path, 0, mode);
 }
 
 MRC_EXPORT int creat64(const char *path, mode_t mode)
 {
     if (!READY(creat64))
         return (int)syscall(SYS_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode);
-    TRUNCATING_OPEN(mrc_real.creat64(path, mode), AT_FDCWD, path, O_TRUNC);
+    return open_truncating(CREAT64, AT_FDCWD, path, 0, mode);
 }
 
 MRC_EXPORT int shm_open(const char *name, int flags, mode_t mode)
@@ -140,22 +171,27 @@ MRC_EXPORT int shm_open(const char *name, int flags, mode_t mode)
     return fd;
 }
 
-/* Returns call (a stream opened with mode on path, or on fd's file if path is NULL),
- * bracketed when the mode truncates ("w", "w+", "wb", ...). The stream functions are
- * hooked themselves: glibc's fopen opens with its own __open, past the PLT. */
-#define TRUNCATING_STREAM(call, path, mode, fd)                                            \
-    do {                                                                                  \
-        if (!(mode) || (mode)[0] != 'w')                                                  \
-            return call;                                                                  \
-        struct mrc_file_op op_;                                                           \
-        if (path)                                                                         \
-            mrc_file_begin_path(&op_, AT_FDCWD, path, 0, 0);                              \
-        else                                                                              \
-            mrc_file_begin_fd(&op_, fd, 0);                                               \
-        FILE *f_ = call;                                                                  \
-        mrc_file_done(&op_, f_ ? fileno(f_) : -1);                                        \
-        return f_;                                                                        \
-    } while (0)
+/* A stream opened with a mode that truncates ("w", "w+", "wb", ...) on path, or on
+ * stream's own file if path is NULL (freopen), bracketed; apart, as open_truncating. The
+ * stream functions are hooked themselves: glibc's fopen opens with its own __open, past
+ * the PLT. */
+enum streamer { FOPEN, FOPEN64, FREOPEN, FREOPEN64 };
+
+__attribute__((noinline)) static FILE *stream_truncating(enum streamer how, const char *path, const char *mode,
+                                                         FILE *stream)
+{
+    struct mrc_file_op op;
+    if (path)
+        mrc_file_begin_path(&op, AT_FDCWD, path, 0, 0);
+    else
+        mrc_file_begin_fd(&op, stream ? fileno(stream) : -1, 0);
+    FILE *f = how == FOPEN     ? mrc_real.fopen(path, mode)
+              : how == FOPEN64 ? mrc_real.fopen64(path, mode)
+              : how == FREOPEN ? mrc_real.freopen(path, mode, stream)
+                               : mrc_real.freopen64(path, mode, stream);
+    mrc_file_done(&op, f ? fileno(f) : -1);
+    return f;
+}
 
 #define STREAM_READY(fn)        \
     do {                        \
@@ -165,29 +201,34 @@ MRC_EXPORT int shm_open(const char *name, int flags, mode_t mode)
         }                       \
     } while (0)
 
+#define TRUNCATES(mode) ((mode) && (mode)[0] == 'w')
+
 MRC_EXPORT FILE *fopen(const char *path, const char *mode)
 {
     STREAM_READY(fopen);
-    TRUNCATING_STREAM(mrc_real.fopen(path, mode), path, mode, -1);
+    return __builtin_expect(!TRUNCATES(mode), 1) ? mrc_real.fopen(path, mode)
+                                                 : stream_truncating(FOPEN, path, mode, NULL);
 }
 
 MRC_EXPORT FILE *fopen64(const char *path, const char *mode)
 {
     STREAM_READY(fopen64);
-    TRUNCATING_STREAM(mrc_real.fopen64(path, mode), path, mode, -1);
+    return __builtin_expect(!TRUNCATES(mode), 1) ? mrc_real.fopen64(path, mode)
+                                                 : stream_truncating(FOPEN64, path, mode, NULL);
 }
 
-/* With no path, freopen opens the stream's own file again with the new mode. */
 MRC_EXPORT FILE *freopen(const char *path, const char *mode, FILE *stream)
 {
     STREAM_READY(freopen);
-    TRUNCATING_STREAM(mrc_real.freopen(path, mode, stream), path, mode, stream ? fileno(stream) : -1);
+    return __builtin_expect(!TRUNCATES(mode), 1) ? mrc_real.freopen(path, mode, stream)
+                                                 : stream_truncating(FREOPEN, path, mode, stream);
 }
 
 MRC_EXPORT FILE *freopen64(const char *path, const char *mode, FILE *stream)
 {
     STREAM_READY(freopen64);
-    TRUNCATING_STREAM(mrc_real.freopen64(path, mode, stream), path, mode, stream ? fileno(stream) : -1);
+    return __builtin_expect(!TRUNCATES(mode), 1) ? mrc_real.freopen64(path, mode, stream)
+                                                 : stream_truncating(FREOPEN64, path, mode, stream);
 }
 
 /* Returns call (a truncation of fd's file, or of path's, to len), bracketed. */

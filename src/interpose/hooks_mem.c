@@ -19,10 +19,6 @@
 #include "runtime/runtime.h"
 #include "util/real.h"
 
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25   /* Linux 6.1; older headers lack it */
-#endif
-
 /* The slow paths apart, so that the fast ones are a test and a tail call: with them
  * inline the compiler saves every argument register first, on every call. */
 __attribute__((noinline)) static int munmap_watched(void *addr, size_t len)
@@ -52,7 +48,10 @@ MRC_EXPORT int munmap(void *addr, size_t len)
 MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     void *(*real)(void *, size_t, int, int, int, off_t) = __atomic_load_n(&mrc_real.mmap, __ATOMIC_RELAXED);
-    if (__builtin_expect(real && !mrc_mmap_special(flags) && !mrc_monitor_busy(), 1))
+    /* What mrc_on_mmap would pass straight on: no record to keep, nothing replaced
+     * under a registration (only MAP_FIXED replaces). */
+    if (__builtin_expect(real && !mrc_mmap_special(flags) && !mrc_maps_any() &&
+                             (!(flags & MAP_FIXED) || !mrc_sink_armed(&mrc_monitor.sink)), 1))
         return real(addr, len, prot, flags, fd, off);
     return mmap_watched(addr, len, prot, flags, fd, off);
 }

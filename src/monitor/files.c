@@ -39,6 +39,7 @@ static void begin(struct mrc_file_op *op, int dirfd, const char *path, int nofol
     op->dirfd = dirfd;
     op->nofollow = nofollow;
     op->path = path;
+    op->fd = fd;
     op->lo = lo;
     op->hi = hi;
     op->dev = op->ino = 0;
@@ -111,11 +112,11 @@ void mrc_file_done(struct mrc_file_op *op, int fd)
     int saved = errno;
     for (unsigned i = 0; i < op->n; i++)
         mrc_sink_done(&mrc_monitor.sink, op->ticket[i], op->start[i], op->len[i], MRC_INVAL_FILE);
-    /* The file the call changed (the name may reach another file by now), and its
-     * mappings marked while the call ran. */
+    /* The file the call changed (the name may reach another file by now; a descriptor
+     * the call named cannot), and its mappings marked while the call ran. */
     struct stat st;
     uint64_t dev = op->dev, ino = op->ino;
-    if (identity(op->dirfd, op->path, op->nofollow, fd, &st)) {
+    if (!(ino && op->fd >= 0 && fd == op->fd) && identity(op->dirfd, op->path, op->nofollow, fd, &st)) {
         dev = st.st_dev;
         ino = st.st_ino;
     }

@@ -11,13 +11,12 @@
 
 #include "monitor/maps.h"
 
-#define MRC_FILE_RANGES 8
-
 /* One call in progress, on the caller's stack. */
 struct mrc_file_op {
     int state;                    /* see files.c */
     int dirfd, nofollow;          /* the path the call names, if any */
     const char *path;
+    int fd;                       /* the descriptor the call names, if any (-1) */
     uint64_t dev, ino, lo, hi;    /* the file (ino 0: none known) and its bytes that go */
     unsigned n;                   /* ranges announced */
     uint64_t start[MRC_FILE_RANGES], len[MRC_FILE_RANGES], ticket[MRC_FILE_RANGES];

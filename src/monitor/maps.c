@@ -301,8 +301,6 @@ static void visit(uint64_t start, uint64_t end, visit_fn fn, const void *in, voi
     } while (read_again(&rd));
 }
 
-/* Whether any record overlaps [start, end): the common answer (no) in a few loads, for
- * the paths that ask on every call (a miss's admission, an unmap's cut). */
 /* Whether [start, end) lies outside every record's bounds: then no look at the records
  * is needed (a record made later describes a mapping made after this call's range was
  * known, or announced to the sink). */
@@ -332,11 +330,6 @@ static uint32_t overlap_flags(uint64_t start, uint64_t end)
     return any;
 }
 
-static int any_overlap(uint64_t start, uint64_t end)
-{
-    return overlap_flags(start, end) != 0;
-}
-
 struct older_in {
     uint64_t gen;
     int64_t sysv_id;
@@ -352,7 +345,7 @@ static int older_fn(const struct rec *r, const void *in, void *out)
 
 void mrc_maps_clear(uint64_t start, uint64_t end, uint64_t gen, int64_t sysv_id)
 {
-    if (!mrc_maps_any() || start >= end || !any_overlap(start, end))
+    if (!mrc_maps_any() || start >= end || outside(start, end))
         return;
     struct older_in in = { gen, sysv_id };
     int found;
@@ -381,7 +374,7 @@ uint64_t mrc_maps_page_size(uint64_t start, uint64_t end)
         return base;
     if (LD(&mrc_maps.lost))
         return mrc_maps_huge_shift_max() ? (uint64_t)1 << mrc_maps_huge_shift_max() : base;
-    if (!any_overlap(start, end))
+    if (outside(start, end))
         return base;
     uint32_t shift;
     visit(start, end, shift_fn, NULL, &shift, sizeof(shift));
@@ -444,7 +437,6 @@ int mrc_maps_admit(uint64_t first, uint64_t last)
     return 0;
 }
 
-#define MAX_FILE_RANGES 8
 struct file_in {
     uint64_t dev, ino, lo, hi;
     unsigned max;
@@ -452,7 +444,7 @@ struct file_in {
 
 struct file_out {
     unsigned k;
-    uint64_t start[MAX_FILE_RANGES], len[MAX_FILE_RANGES];
+    uint64_t start[MRC_FILE_RANGES], len[MRC_FILE_RANGES];
 };
 
 static int file_fn(const struct rec *r, const void *in, void *out)
@@ -485,14 +477,12 @@ static int file_fn(const struct rec *r, const void *in, void *out)
 unsigned mrc_maps_file_ranges(uint64_t dev, uint64_t ino, uint64_t lo, uint64_t hi, uint64_t *start, uint64_t *len,
                               unsigned max)
 {
-    if (!max)
-        return 0;
     if (LD(&mrc_maps.lost)) {
         start[0] = 0;
         len[0] = UINT64_MAX;
         return 1;
     }
-    struct file_in in = { dev, ino, lo, hi, max < MAX_FILE_RANGES ? max : MAX_FILE_RANGES };
+    struct file_in in = { dev, ino, lo, hi, max < MRC_FILE_RANGES ? max : MRC_FILE_RANGES };
     struct file_out o;
     visit(0, UINT64_MAX, file_fn, &in, &o, sizeof(o));
     memcpy(start, o.start, o.k * sizeof(*start));

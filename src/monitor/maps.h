@@ -82,8 +82,9 @@ uint64_t mrc_maps_sysv_end(uint64_t addr, uint64_t limit, uint64_t id);
 int mrc_maps_admit(uint64_t first, uint64_t last);
 
 /* The address ranges of the records mapping bytes [lo, hi) of file (dev, ino), rounded
- * to their page size: up to max of them in start[]/len[] (more are folded into the last).
- * Returns how many. */
+ * to their page size: up to max (1 to MRC_FILE_RANGES) of them in start[]/len[] (more
+ * are folded into the last). Returns how many. */
+#define MRC_FILE_RANGES 8
 unsigned mrc_maps_file_ranges(uint64_t dev, uint64_t ino, uint64_t lo, uint64_t hi, uint64_t *start, uint64_t *len,
                               unsigned max);
 

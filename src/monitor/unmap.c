@@ -4,9 +4,8 @@
  * Invariants: with the sink unarmed and the registry empty a call is a load and a branch;
  * nothing allocates or deregisters; errno is the real call's; advice is default-deny. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
-#include <string.h>
+#include <limits.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/uio.h>
@@ -234,9 +233,6 @@ void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void
 #define MADV_POPULATE_READ 22
 #define MADV_POPULATE_WRITE 23
 #endif
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
 
 /* Advice measured to keep pinned pages where they are (Linux 6.18). Everything else, an
  * advice this list does not know included, is taken to discard them: DONTNEED, REMOVE,
@@ -278,13 +274,13 @@ ssize_t mrc_on_process_madvise(int pidfd, const struct iovec *iov, size_t n, int
         return NEXT(process_madvise)(pidfd, iov, n, advice, flags);
     struct unmap_op op[IOV_OPS];
     unsigned k = 0;
-    for (size_t i = 0; i < n && i < 1024; i++) {
+    for (size_t i = 0; i < n && i < IOV_MAX; i++) {   /* the kernel refuses more */
         uint64_t s, l;
         if (!iov[i].iov_len)
             continue;
         kernel_range(iov[i].iov_base, iov[i].iov_len, 0, &s, &l);
         if (k == IOV_OPS) {
-            /* Widen the last one (announced again below with its new range). */
+            /* Widen the last one (each is announced below, once). */
             uint64_t e = range_end(op[k - 1].start, op[k - 1].len), e2 = range_end(s, l);
             op[k - 1].start = op[k - 1].start < s ? op[k - 1].start : s;
             op[k - 1].len = (e > e2 ? e : e2) - op[k - 1].start;
@@ -293,7 +289,7 @@ ssize_t mrc_on_process_madvise(int pidfd, const struct iovec *iov, size_t n, int
         op[k++] = (struct unmap_op){ s, l, 0, MRC_INVAL_MADVISE };
     }
     for (unsigned i = 0; i < k; i++)
-        op_begin_range(&op[i], op[i].start, op[i].len, MRC_INVAL_MADVISE);
+        op[i].ticket = mrc_sink_begin(&mrc_monitor.sink, op[i].start, op[i].len, op[i].cause);
     ssize_t rc = NEXT(process_madvise)(pidfd, iov, n, advice, flags);
     for (unsigned i = 0; i < k; i++)
         op_done(&op[i]);

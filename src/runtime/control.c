@@ -1,7 +1,7 @@
 /* control.c - the public API's logic (include/mrcache.h; exported by interpose/api.c)
  * and the statistics dumps: at exit, on MRCACHE_DUMP_SIGNAL, on request. Invariants:
- * nothing is done before libmrcache is ready; none runs inside a hook, so each may call the back-end (except where a flag says not); the public
- * header's numbers (causes, monitor bits, the stats struct's layout) never change, so
+ * nothing is done before libmrcache is ready; none runs inside a hook, so each may call
+ * the back-end (except where a flag says not); the public header's numbers (causes, monitor bits, the stats struct's layout) never change, so
  * the internal ones are translated here. */
 #include <errno.h>
 #include <limits.h>
@@ -24,10 +24,12 @@ _Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V2 &&
                    offsetof(struct mrcache_stats, uffd_events) == MRCACHE_STATS_SIZE_V1,
                "struct mrcache_stats grows only at its end: add a MRCACHE_STATS_SIZE_V3");
 
-/* 0 once libmrcache is ready (the exported wrappers initialise it first); -EAGAIN only
- * for a call made from inside our own initialisation. */
+/* 0 once libmrcache is ready (initialised here if the call came before our constructor);
+ * -EAGAIN only for a call made from inside our own initialisation. */
 static int api_ready(void)
 {
+    if (__builtin_expect(!mrc_ready(), 0))
+        mrc_init();
     if (!mrc_ready())
         return -EAGAIN;
     mrc_rt_fork_check();

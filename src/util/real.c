@@ -121,10 +121,8 @@ int mrc_real_resolve_verbs(void)
 
 static __thread int resolving;
 
-int mrc_real_ensure_libc(void)
+int mrc_real_ensure_libc_slow(void)
 {
-    if (__builtin_expect(__atomic_load_n(&mrc_real.munmap, __ATOMIC_ACQUIRE) != NULL, 1))
-        return 1;
     if (resolving)
         return 0;
     resolving = 1;

@@ -93,8 +93,14 @@ void mrc_real_resolve_libc(void);
 
 /* For hooks entered before the constructor: resolves libc's functions unless this
  * thread is resolving them already (dlsym may call back into a hook). Returns 1 when
- * mrc_real's libc pointers are usable, 0 when the hook must fall back on its own. */
-int mrc_real_ensure_libc(void);
+ * mrc_real's libc pointers are usable, 0 when the hook must fall back on its own. The
+ * common case (resolved) inline: every hook asks. */
+int mrc_real_ensure_libc_slow(void);
+static inline int mrc_real_ensure_libc(void)
+{
+    return __builtin_expect(__atomic_load_n(&mrc_real.munmap, __ATOMIC_ACQUIRE) != NULL, 1) ||
+           mrc_real_ensure_libc_slow();
+}
 
 /* Resolves the libibverbs functions if not yet done. 0, or -ENOSYS if libibverbs is
  * not loaded in this process. */
