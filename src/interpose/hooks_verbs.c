@@ -1,8 +1,9 @@
 /* hooks_verbs.c - the exported libibverbs entry points; each forwards to the runtime's
  * gate (runtime/verbs_entry.c) in front of the verbs front-end (verbs/mr.c). ibv_reg_mr
  * (1.1) and ibv_reg_mr_iova are served here without calling the real ones, which would
- * re-enter through ibv_reg_mr_iova2@plt: one registration is counted and cached once. The IBVERBS_1.0 entry points of ancient binaries also bind
- * here (unversioned definitions satisfy any version); that ABI is not supported. */
+ * re-enter through ibv_reg_mr_iova2@plt: one registration is counted and cached once.
+ * The IBVERBS_1.0 entry points of ancient binaries also bind here (unversioned
+ * definitions satisfy any version); that ABI is not supported. */
 #include <infiniband/verbs.h>
 
 #include "interpose/export.h"

@@ -1,8 +1,8 @@
 /* fork.c - children, by any path. fork() runs the atfork handlers; _Fork(), clone()
  * without CLONE_VM and syscall(SYS_fork) run none, so a page marked MADV_WIPEONFORK,
  * which the kernel hands every such child zero-filled, tells a child from its parent:
- * the gates read it (one load), and a child found this way forgets its parent's cache
- * before anything else, exactly as the atfork child handler does.
+ * the gates read it (two dependent loads), and a child found this way forgets its
+ * parent's cache before anything else, exactly as the atfork child handler does.
  * Invariants: a child never uses or deregisters a registration its parent made; the
  * mark is non-zero in the process that set it up and in a child that has forgotten. */
 #include <errno.h>
@@ -33,8 +33,7 @@
 /* Until the page exists (or where the kernel has no MADV_WIPEONFORK, Linux 4.14), a mark
  * that never reads zero: the atfork handlers alone tell children then. */
 static uint32_t no_page = 1;
-static uint32_t *mark = &no_page;
-const uint32_t *mrc_rt_mark = &no_page;
+uint32_t *mrc_rt_mark = &no_page;
 
 void mrc_rt_before_fork(void)
 {
@@ -89,7 +88,7 @@ static void fork_child(void)
     mrc_stats_child_reset();
     mrc_callsite_child_reset();
     mrc_thread_child_reset();
-    __atomic_store_n(mark, 1u, __ATOMIC_RELEASE);
+    __atomic_store_n(mrc_rt_mark, 1u, __ATOMIC_RELEASE);
 }
 
 void mrc_rt_child_detected(void)
@@ -103,7 +102,6 @@ void mrc_rt_fork_init(void)
     uint32_t *page = mrc_raw_map(4096, 0);
     if (page && syscall(SYS_madvise, page, 4096, MADV_WIPEONFORK) == 0) {
         page[0] = 1;
-        mark = page;
         __atomic_store_n(&mrc_rt_mark, page, __ATOMIC_RELEASE);
     } else {
         if (page)

@@ -64,13 +64,6 @@ void mrc_rt_first_registration(void)
     MRC_INFO("unmap sources: %s", mrc_rt_monitor_name());
 }
 
-/* The main thread ended with pthread_exit: glibc ends the process when its last thread
- * ends, and the helper threads must not be that thread for long. */
-static void main_left(void)
-{
-    mrc_drainer_watch();
-}
-
 /* A source of memory events lost what it watched (the patch source: another library
  * overwrote an entry point with code that cannot be chained). What it saw no longer
  * reaches us, so: the allocator hooks resume where they can (they predict free's and
@@ -214,7 +207,9 @@ void mrc_init(void)
     if (mrc_dumpsig_install(mrc_rt.cfg.dump_signal, mrc_rt_dump_now))
         MRC_WARN("MRCACHE_DUMP_SIGNAL: cannot install the handler for signal %d", mrc_rt.cfg.dump_signal);
     mrc_rt_fork_init();
-    mrc_thread_watch_main(main_left);
+    /* The main thread ending with pthread_exit wakes the helper: glibc ends the process
+     * when its last thread ends, and the helper threads must not be that thread for long. */
+    mrc_thread_watch_main(mrc_drainer_watch);
     MRC_DEBUG("ready: max %llu entries, %llu bytes; monitor %s", (unsigned long long)p.max_entries,
               (unsigned long long)p.max_bytes, mrc_rt_monitor_name());
     __atomic_store_n(&mrc_rt.ready, 2, __ATOMIC_RELEASE);

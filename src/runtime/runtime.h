@@ -36,9 +36,8 @@ int mrc_rt_dealloc_pd(struct ibv_pd *pd);
 int mrc_rt_close_device(struct ibv_context *ctx);
 
 /* Before the real fork (the exported fork's): what rdma-core's fork-safe mode needs,
- * and MRCACHE_FORK's release of idle registrations (mrc_rt_idle_before_fork). */
+ * and MRCACHE_FORK's release of idle registrations. */
 void mrc_rt_before_fork(void);
-void mrc_rt_idle_before_fork(void);
 
 /* Before madvise(MADV_COLLAPSE) (the exported madvise's): idle registrations over
  * [addr, addr+len) are deregistered, so that the pages can be collapsed as without the

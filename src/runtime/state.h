@@ -35,7 +35,7 @@ static inline int mrc_ready(void)
 /* Fork by any path (fork.c). The mark reads zero in a child made without fork()'s
  * handlers (_Fork, clone, syscall): the gates check it, and such a child then
  * forgets its parent's cache, as the atfork child handler does. */
-extern const uint32_t *mrc_rt_mark;
+extern uint32_t *mrc_rt_mark;
 void mrc_rt_child_detected(void);
 static inline void mrc_rt_fork_check(void)
 {
@@ -53,6 +53,9 @@ static inline int mrc_rt_cache_live(void)
     mrc_rt_fork_check();
     return __atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) != 0;
 }
+
+/* MRCACHE_FORK's release of idle registrations before a fork (idle.c). */
+void mrc_rt_idle_before_fork(void);
 
 /* Maps the mark page and installs the atfork handlers. From init. */
 void mrc_rt_fork_init(void);

@@ -26,9 +26,11 @@ static __attribute__((noinline, cold)) struct ibv_mr *reg_gated(struct ibv_pd *p
         errno = ENOSYS;
         return NULL;
     }
-    if (!mrc_ready() || !__atomic_load_n(&mrc_rt.cfg.enable, __ATOMIC_RELAXED) || mrc_verbs_in_reg()) {
+    if (!mrc_ready() || mrc_verbs_in_reg())
+        return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
+    if (!__atomic_load_n(&mrc_rt.cfg.enable, __ATOMIC_RELAXED)) {
         /* Caching stopped while running: what reaches the NIC is still counted. */
-        if (mrc_ready() && !mrc_verbs_in_reg() && __atomic_load_n(&mrc_rt.caching_off, __ATOMIC_RELAXED))
+        if (__atomic_load_n(&mrc_rt.caching_off, __ATOMIC_RELAXED))
             return mrc_verbs_reg_uncached(pd, addr, len, iova, access);
         return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
     }

@@ -122,16 +122,7 @@ int mrc_thread_main_left(void)
 
 int mrc_thread_single(void)
 {
-    /* Raw system calls: this runs during start-up, and libc's wrappers may be patched. */
-    char buf[4096];   /* "Threads:" follows the Groups line, which can be long */
-    int fd = (int)syscall(SYS_open, "/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    long n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-    syscall(SYS_close, fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    const char *t = strstr(buf, "\nThreads:");
-    return t && strtol(t + 9, NULL, 10) == 1;
+    char state;
+    long threads;
+    return proc_stat_threads(&state, &threads) == 0 && threads == 1;
 }

@@ -36,7 +36,7 @@ void mrc_thread_child_reset(void);
  * never watched: a helper must then look by itself). */
 int mrc_thread_main_left(void);
 
-/* Whether the process runs exactly one thread (/proc/self/status); 0 when it cannot
+/* Whether the process runs exactly one thread (/proc/self/stat); 0 when it cannot
  * tell. Without allocating. */
 int mrc_thread_single(void);
 
