@@ -31,6 +31,7 @@ struct mrc_config_row {
 /* A refused value's warning is one line of at most this many characters: the value is
  * quoted in what room is left, at least QUOTE_MIN of it. */
 #define WARN_WIDTH 119
+#define WARN_FORMAT "%s=\"%.*s%s\" is not valid (expected %s); using %s"
 #define QUOTE_MIN 8
 
 static int parse_bool(const char *s, void *f)
@@ -274,16 +275,15 @@ void mrc_config_load(struct mrc_config *cfg)
             MRC_ERROR("internal: bad default for %s", r->name);
         const char *v = getenv(r->name);
         if (v && r->parse(v, field) != 0) {
-            /* "libmrcache[pid]: " and the fixed words take the rest of the line. */
+            /* The line without the value ("libmrcache[pid]: " and the fixed words) takes
+             * what it takes; the value is quoted in the rest. */
             const char *what = expected(r->parse);
-            char pid[16];
-            int rest = snprintf(pid, sizeof(pid), "%d", (int)getpid()) + 14 +
-                       (int)(strlen(r->name) + strlen(what) + strlen(r->def)) + 36;
+            int rest = snprintf(NULL, 0, "libmrcache[%d]: " WARN_FORMAT, (int)getpid(), r->name, 0, "", "", what,
+                                r->def);
             int room = WARN_WIDTH - rest < QUOTE_MIN + 3 ? QUOTE_MIN : WARN_WIDTH - rest - 3;
             int len = (int)strnlen(v, (size_t)room + 4);
             int cut = len > room + 3;
-            MRC_WARN("%s=\"%.*s%s\" is not valid (expected %s); using %s", r->name, cut ? room : len, v,
-                     cut ? "..." : "", what, r->def);
+            MRC_WARN(WARN_FORMAT, r->name, cut ? room : len, v, cut ? "..." : "", what, r->def);
             r->parse(r->def, field);
         }
     }
@@ -336,10 +336,10 @@ void mrc_config_describe(int fd)
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         const struct mrc_config_row *r = &rows[i];
         const char *v = getenv(r->name);
-        /* A scratch field for the parser: every field of struct mrc_config fits in it. */
-        char scratch[sizeof(struct mrc_config)];
+        /* The parser writes the field where it lies in a scratch configuration. */
+        struct mrc_config scratch;
         const char *source = "default", *current = r->def;
-        if (v && r->parse(v, scratch) == 0) {
+        if (v && r->parse(v, (char *)&scratch + r->offset) == 0) {
             source = "environment";
             current = v;
         } else if (v) {
