@@ -10,6 +10,7 @@
 
 #include "runtime/runtime.h"
 #include "runtime/state.h"
+#include "util/real.h"
 
 void mrc_rt_idle_before_fork(void)
 {
@@ -39,9 +40,11 @@ static int overlaps(const struct mrc_entry *e, void *arg)
 
 void mrc_rt_before_collapse(const void *addr, size_t len)
 {
-    /* glibc never asks for MADV_COLLAPSE itself, so this is the program's call, made
-     * under no allocator lock: deregistering here is as safe as in ibv_dereg_mr. */
-    if (!len || !mrc_rt_cache_live() || mrc_verbs_in_reg())
+    /* glibc never asks for MADV_COLLAPSE itself, so with its allocator this is the
+     * program's call, made under no allocator lock: deregistering here is as safe as in
+     * ibv_dereg_mr. Another allocator may ask for it holding its lock, which the
+     * deregistration's free would then wait for: its calls are left alone. */
+    if (!len || !mrc_real_alloc_is_glibc || !mrc_rt_cache_live() || mrc_verbs_in_reg())
         return;
     int saved = errno;
     uintptr_t a = (uintptr_t)addr;
