@@ -11,6 +11,7 @@
 
 #include "monitor/files.h"
 #include "monitor/unmap.h"
+#include "util/range.h"
 
 enum {
     IDLE,      /* nothing was marked at the start: the end looks again */
@@ -76,7 +77,7 @@ void mrc_file_begin_fd(struct mrc_file_op *op, int fd, uint64_t len)
 void mrc_file_begin_fallocate(struct mrc_file_op *op, int fd, int mode, uint64_t off, uint64_t len)
 {
     int m = mode & ~FALLOC_FL_KEEP_SIZE;
-    uint64_t end = off + len < off ? UINT64_MAX : off + len;
+    uint64_t end = mrc_range_end(off, len);
     if (m == 0) {
         op->state = NOTHING;   /* allocation: no page goes */
         return;

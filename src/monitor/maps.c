@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "monitor/maps.h"
+#include "util/range.h"
 #include "util/rawmem.h"
 
 #define HUGETLBFS_MAGIC 0x958458f6
@@ -457,20 +458,14 @@ static int file_fn(const struct rec *r, const void *in, void *out)
         return 0;
     uint64_t a = r->start + (f->lo > r->off ? f->lo - r->off : 0);
     uint64_t b = f->hi - r->off >= flen ? r->end : r->start + (f->hi - r->off);
-    uint64_t m = (r->shift ? (uint64_t)1 << r->shift : base) - 1;
-    a &= ~m;
-    b = (b + m) < b ? UINT64_MAX : (b + m) & ~m;
+    uint64_t s, l;
+    mrc_range_round(a, b - a, r->shift ? (uint64_t)1 << r->shift : base, &s, &l);
     if (o->k < f->max) {
-        o->start[o->k] = a;
-        o->len[o->k++] = b - a;
-        return 0;
+        o->start[o->k] = s;
+        o->len[o->k++] = l;
+    } else {
+        mrc_range_union(&o->start[f->max - 1], &o->len[f->max - 1], s, l);   /* folded into the last */
     }
-    /* Folded into the last: its union with this one. */
-    unsigned l = f->max - 1;
-    uint64_t st = o->start[l] < a ? o->start[l] : a, e = o->start[l] + o->len[l];
-    e = e > b ? e : b;
-    o->start[l] = st;
-    o->len[l] = e - st;
     return 0;
 }
 

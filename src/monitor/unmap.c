@@ -13,6 +13,7 @@
 
 #include "monitor/maps.h"
 #include "monitor/unmap.h"
+#include "util/range.h"
 #include "util/real.h"
 
 struct mrc_monitor mrc_monitor;
@@ -73,30 +74,19 @@ static char *current_break(void)
     return cur;
 }
 
-/* [a, a+len) widened to whole pages of psz (a power of two), up to the top of memory. */
-static void round_range(uint64_t a, uint64_t len, uint64_t psz, uint64_t *start, uint64_t *plen)
-{
-    uint64_t m = psz - 1, end = a + len;
-    end = end < a ? UINT64_MAX : end;
-    end = (end + m) < end ? UINT64_MAX : ((end + m) & ~m);
-    *start = a & ~m;
-    *plen = end - *start;
-}
-
 /* The range the kernel changes for [addr, addr+len): whole pages of every mapping it
  * touches, and at least of min_psz (a call that maps hugetlb memory). */
 static void kernel_range(const void *addr, size_t len, uint64_t min_psz, uint64_t *start, uint64_t *plen)
 {
     uint64_t psz = mrc_monitor.page_size > min_psz ? mrc_monitor.page_size : min_psz;
-    round_range((uintptr_t)addr, len, psz, start, plen);
+    mrc_range_round((uintptr_t)addr, len, psz, start, plen);
     /* Widening can reach a mapping of larger pages: widen again until none does. */
     for (int i = 0; i < 4; i++) {
-        uint64_t end = *start + *plen < *start ? UINT64_MAX : *start + *plen;
-        uint64_t p = mrc_maps_page_size(*start, end);
+        uint64_t p = mrc_maps_page_size(*start, mrc_range_end(*start, *plen));
         if (p <= psz)
             break;
         psz = p;
-        round_range(*start, *plen, psz, start, plen);
+        mrc_range_round(*start, *plen, psz, start, plen);
     }
 }
 
@@ -105,10 +95,6 @@ static uint64_t round_up(uint64_t v, uint64_t psz)
     return (v + psz - 1) < v ? UINT64_MAX & ~(psz - 1) : (v + psz - 1) & ~(psz - 1);
 }
 
-static uint64_t range_end(uint64_t start, uint64_t len)
-{
-    return start + len < start ? UINT64_MAX : start + len;
-}
 
 struct unmap_op {
     uint64_t start, len, ticket;
@@ -154,7 +140,7 @@ int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len)
         op_begin_range(&op, start, plen, MRC_INVAL_MUNMAP);
     int rc = NEXT(munmap)(addr, len);
     if (rc == 0 && keep)
-        mrc_maps_clear(start, range_end(start, plen), gen, -1);
+        mrc_maps_clear(start, mrc_range_end(start, plen), gen, -1);
     if (watch)
         op_done(&op);
     return rc;
@@ -177,7 +163,7 @@ void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
     void *p = NEXT(mmap)(addr, len, prot, flags, fd, off);
     /* Recorded before the second announcement: a registration after it sees the record. */
     if (p != MAP_FAILED && keep)
-        mrc_maps_set((uintptr_t)p, range_end((uintptr_t)p, round_up(len, psz)), special ? &a : NULL, gen);
+        mrc_maps_set((uintptr_t)p, mrc_range_end((uintptr_t)p, round_up(len, psz)), special ? &a : NULL, gen);
     if (watch)
         op_done(&op);
     return p;
@@ -211,15 +197,15 @@ void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void
     if (p != MAP_FAILED && keep) {
         uint64_t o = (uintptr_t)old, n = (uintptr_t)p;
         if (n != o && old_size && !(flags & MREMAP_DONTUNMAP))
-            mrc_maps_clear(o, range_end(o, osz), gen, -1);
+            mrc_maps_clear(o, mrc_range_end(o, osz), gen, -1);
         else if (n == o && nsz < osz)
-            mrc_maps_clear(o + nsz, range_end(o, osz), gen, -1);
+            mrc_maps_clear(o + nsz, mrc_range_end(o, osz), gen, -1);
         if (have) {
             if (ra.flags & (MRC_MAP_FILE | MRC_MAP_SYSV))
                 ra.off += o - rs;
-            mrc_maps_set(n, range_end(n, nsz), &ra, gen);
+            mrc_maps_set(n, mrc_range_end(n, nsz), &ra, gen);
         } else if (n != o) {
-            mrc_maps_set(n, range_end(n, nsz), NULL, gen);
+            mrc_maps_set(n, mrc_range_end(n, nsz), NULL, gen);
         }
     }
     if (a.len)
@@ -281,9 +267,7 @@ ssize_t mrc_on_process_madvise(int pidfd, const struct iovec *iov, size_t n, int
         kernel_range(iov[i].iov_base, iov[i].iov_len, 0, &s, &l);
         if (k == IOV_OPS) {
             /* Widen the last one (each is announced below, once). */
-            uint64_t e = range_end(op[k - 1].start, op[k - 1].len), e2 = range_end(s, l);
-            op[k - 1].start = op[k - 1].start < s ? op[k - 1].start : s;
-            op[k - 1].len = (e > e2 ? e : e2) - op[k - 1].start;
+            mrc_range_union(&op[k - 1].start, &op[k - 1].len, s, l);
             continue;
         }
         op[k++] = (struct unmap_op){ s, l, 0, MRC_INVAL_MADVISE };
@@ -313,7 +297,7 @@ int mrc_on_remap_file_pages(void *addr, size_t size, int prot, size_t pgoff, int
     int rc = NEXT(remap_file_pages)(addr, size, prot, pgoff, flags);
     if (rc == 0 && have && (ra.flags & MRC_MAP_FILE)) {
         ra.off = (uint64_t)pgoff * mrc_monitor.page_size;
-        mrc_maps_set(start, range_end(start, plen), &ra, gen);
+        mrc_maps_set(start, mrc_range_end(start, plen), &ra, gen);
     }
     if (watch)
         op_done(&op);
@@ -371,7 +355,7 @@ static uint64_t shm_span(uintptr_t addr, uint64_t *id, uint64_t *psz)
     struct shmid_ds ds;
     uint64_t limit = UINT64_MAX;
     if (shmctl((int)*id, IPC_STAT, &ds) == 0) {
-        limit = range_end(addr, round_up(ds.shm_segsz, *psz));
+        limit = mrc_range_end(addr, round_up(ds.shm_segsz, *psz));
         end = end > limit ? end : limit;
     }
     errno = saved;
@@ -391,7 +375,7 @@ int mrc_on_shmdt(const void *addr)
         op_begin(&op, addr, len, psz, MRC_INVAL_SHM);
     int rc = NEXT(shmdt)(addr);
     if (rc == 0 && keep)
-        mrc_maps_clear((uintptr_t)addr, range_end((uintptr_t)addr, len), gen, (int64_t)id);
+        mrc_maps_clear((uintptr_t)addr, mrc_range_end((uintptr_t)addr, len), gen, (int64_t)id);
     if (watch)
         op_done(&op);
     return rc;
