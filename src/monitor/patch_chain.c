@@ -20,6 +20,7 @@
 #include "monitor/patch_sys.h"
 #include "monitor/patch_x86.h"
 #include "monitor/unmap.h"
+#include "util/hot.h"
 #include "util/log.h"
 #include "util/real.h"
 
@@ -233,14 +234,24 @@ void mrc_patch_code_changed(const void *addr, size_t len)
         mrc_patch_check_all();
 }
 
+/* Where this thread looks next, plus one (0: it has not looked yet), and where the next
+ * thread to start looks first. The cursor is the thread's own: a miss pays no shared
+ * cache line; each thread starts where the last one to start did, one further, so that
+ * threads making a registration or two each still look at every entry point in turn. */
+static __thread unsigned look_next;
+static unsigned look_first;
+
 /* One entry point per call, in turn: each look is a load of a code line, which after the
- * NIC's system call may be cold (~15 ns); every one is looked at within as many misses as
- * there are entry points. */
-void mrc_patch_check(void)
+ * NIC's system call may be cold (~15 ns); every one is looked at within as many misses of
+ * a thread as there are entry points. */
+MRC_HOT void mrc_patch_check(void)
 {
-    static unsigned next;
     unsigned n = MRC_PATCH_NFN + mrc_patch_exports();
-    unsigned i = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % n;
+    unsigned i = look_next - 1;
+    if (__builtin_expect(look_next == 0, 0))
+        i = __atomic_fetch_add(&look_first, 1, __ATOMIC_RELAXED) % n;
+    /* n never shrinks (exports are only added), so the i kept is below it. */
+    look_next = i + 1 < n ? i + 2 : 1;
     int changed;
     if (i < MRC_PATCH_NFN) {
         uint8_t *e = __atomic_load_n(&mrc_patch_entry[i], __ATOMIC_ACQUIRE);

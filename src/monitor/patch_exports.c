@@ -22,6 +22,7 @@
 #include "monitor/patch.h"
 #include "monitor/patch_priv.h"
 #include "monitor/unmap.h"
+#include "util/hot.h"
 
 #define MAX_EXPORTS 32
 
@@ -160,7 +161,7 @@ void mrc_patch_guard_exports(const struct mrc_export *list, unsigned n)
 
 /* ---- noticing and chaining ---- */
 
-unsigned mrc_patch_exports(void)
+MRC_HOT unsigned mrc_patch_exports(void)
 {
     return __atomic_load_n(&ng, __ATOMIC_ACQUIRE);
 }
@@ -171,7 +172,7 @@ int mrc_patch_export_touched(unsigned i, uintptr_t lo, uintptr_t hi)
     return e < hi && e + 8 > lo;
 }
 
-int mrc_patch_export_changed(unsigned i)
+MRC_HOT int mrc_patch_export_changed(unsigned i)
 {
     return g[i].entry && __atomic_load_n((uint64_t *)g[i].entry, __ATOMIC_ACQUIRE) != g[i].head;
 }
