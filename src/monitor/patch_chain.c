@@ -219,9 +219,11 @@ void mrc_patch_check_all(void)
 
 void mrc_patch_code_changed(const void *addr, size_t len)
 {
-    static uintptr_t pg;
+    /* 0 until mrc_monitor_init, which comes before anything is watched (our mprotect
+     * runs from the first constructor on). */
+    uintptr_t pg = (uintptr_t)mrc_monitor.page_size;
     if (!pg)
-        pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        return;
     uintptr_t a = (uintptr_t)addr;
     int touched = 0;
     for (int fn = 0; fn < MRC_PATCH_NFN && !touched; fn++) {
