@@ -20,6 +20,7 @@
 #include "monitor/patch_sys.h"
 #include "monitor/patch_x86.h"
 #include "monitor/unmap.h"
+#include "util/hot.h"
 #include "util/log.h"
 #include "util/real.h"
 
@@ -151,35 +152,48 @@ static void give_up(int fn, uint8_t *entry)
                                                          : mrc_patch_fallback());
 }
 
-static void chain(int fn, uint8_t *entry, uint64_t now)
+int mrc_patch_chain_jump(uint8_t *entry, uint64_t now, void *hook, void (*publish)(unsigned id, void *moved),
+                         unsigned id, const char *name, int own, uint64_t *head)
 {
-    uint8_t *slot = fn != MRC_FN_LDSO_MUNMAP ? mrc_x86_stub_alloc(entry) : NULL;
+    uint8_t *slot = mrc_x86_stub_alloc(entry);
     if (!slot || !mrc_x86_move_jump(entry, slot + 16)) {
         mrc_x86_stub_seal(slot, 0);
+        return 0;
+    }
+    mrc_x86_abs_jump(slot, (uint64_t)(uintptr_t)hook);
+    mrc_x86_stub_seal(slot, 1);
+    publish(id, slot + 16);
+    *head = mrc_x86_swap_head(entry, now, slot);
+    if (*head && mrc_log_level >= MRC_LOG_INFO) {
+        uint8_t was[8];
+        memcpy(was, &now, 8);
+        MRC_INFO("patch: %s%s was patched by %s%s (%02x %02x %02x %02x %02x); chained: our hook runs first, then "
+                 "theirs",
+                 own ? "libmrcache's own " : "", name, mrc_patch_jump_owner(slot + 16), own ? "" : " after libmrcache",
+                 was[0], was[1], was[2], was[3], was[4]);
+    }
+    return 1;
+}
+
+/* The original path first: from here calls through the preload hooks reach the other
+ * library too, and once the entry lands in our hook again its calls go there. */
+static void publish_orig(unsigned fn, void *moved)
+{
+    __atomic_store_n(&orig_of[fn], moved, __ATOMIC_RELEASE);
+    if (fn < MRC_FN_COUNT)
+        __atomic_store_n(mrc_patch_targets[fn].real, via_orig_of[fn], __ATOMIC_RELEASE);
+}
+
+static void chain(int fn, uint8_t *entry, uint64_t now)
+{
+    uint64_t head;
+    if (fn == MRC_FN_LDSO_MUNMAP ||
+        !mrc_patch_chain_jump(entry, now, hook_of(fn), publish_orig, (unsigned)fn, fn_name(fn), 0, &head)) {
         give_up(fn, entry);
         return;
     }
-    mrc_x86_abs_jump(slot, (uint64_t)(uintptr_t)hook_of(fn));
-    mrc_x86_stub_seal(slot, 1);
-    /* The original path first: from here calls through the preload hooks reach the other
-     * library too, and once the entry lands in our hook again its calls go there. */
-    __atomic_store_n(&orig_of[fn], slot + 16, __ATOMIC_RELEASE);
-    if (fn < MRC_FN_COUNT)
-        __atomic_store_n(mrc_patch_targets[fn].real, via_orig_of[fn], __ATOMIC_RELEASE);
-    uint64_t head = mrc_x86_swap_head(entry, now, slot);
-    if (!head) {
-        /* Changed again under us, or not writable: the next check decides. */
-        mrc_patch_head[fn] = 0;
-        return;
-    }
+    /* 0 when changed again under us, or not writable: the next check decides. */
     mrc_patch_head[fn] = head;
-    if (mrc_log_level >= MRC_LOG_INFO) {
-        uint8_t was[8];
-        memcpy(was, &now, 8);
-        MRC_INFO("patch: %s was patched by %s after libmrcache (%02x %02x %02x %02x %02x); chained: our hook runs "
-                 "first, then theirs",
-                 fn_name(fn), mrc_patch_jump_owner(slot + 16), was[0], was[1], was[2], was[3], was[4]);
-    }
 }
 
 static int check_wanted, check_busy;
@@ -198,17 +212,18 @@ void mrc_patch_check_all(void)
                 chain(fn, e, now);
         }
         for (unsigned i = 0; i < mrc_patch_exports(); i++)
-            if (mrc_patch_export_changed(i))
-                mrc_patch_export_chain(i);
+            mrc_patch_export_chain(i);
         __atomic_store_n(&check_busy, 0, __ATOMIC_RELEASE);
     }
 }
 
 void mrc_patch_code_changed(const void *addr, size_t len)
 {
-    static uintptr_t pg;
+    /* 0 until mrc_monitor_init, which comes before anything is watched (our mprotect
+     * runs from the first constructor on). */
+    uintptr_t pg = (uintptr_t)mrc_monitor.page_size;
     if (!pg)
-        pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        return;
     uintptr_t a = (uintptr_t)addr;
     int touched = 0;
     for (int fn = 0; fn < MRC_PATCH_NFN && !touched; fn++) {
@@ -221,14 +236,24 @@ void mrc_patch_code_changed(const void *addr, size_t len)
         mrc_patch_check_all();
 }
 
+/* Where this thread looks next, plus one (0: it has not looked yet), and where the next
+ * thread to start looks first. The cursor is the thread's own: a miss pays no shared
+ * cache line; each thread starts where the last one to start did, one further, so that
+ * threads making a registration or two each still look at every entry point in turn. */
+static __thread unsigned look_next;
+static unsigned look_first;
+
 /* One entry point per call, in turn: each look is a load of a code line, which after the
- * NIC's system call may be cold (~15 ns); every one is looked at within as many misses as
- * there are entry points. */
-void mrc_patch_check(void)
+ * NIC's system call may be cold (~15 ns); every one is looked at within as many misses of
+ * a thread as there are entry points. */
+MRC_HOT void mrc_patch_check(void)
 {
-    static unsigned next;
     unsigned n = MRC_PATCH_NFN + mrc_patch_exports();
-    unsigned i = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % n;
+    unsigned i = look_next - 1;
+    if (__builtin_expect(look_next == 0, 0))
+        i = __atomic_fetch_add(&look_first, 1, __ATOMIC_RELAXED) % n;
+    /* n never shrinks (exports are only added), so the i kept is below it. */
+    look_next = i + 1 < n ? i + 2 : 1;
     int changed;
     if (i < MRC_PATCH_NFN) {
         uint8_t *e = __atomic_load_n(&mrc_patch_entry[i], __ATOMIC_ACQUIRE);

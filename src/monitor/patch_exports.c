@@ -21,9 +21,8 @@
 #include "monitor/glibc_heap.h"
 #include "monitor/patch.h"
 #include "monitor/patch_priv.h"
-#include "monitor/patch_x86.h"
 #include "monitor/unmap.h"
-#include "util/log.h"
+#include "util/hot.h"
 
 #define MAX_EXPORTS 32
 
@@ -162,7 +161,7 @@ void mrc_patch_guard_exports(const struct mrc_export *list, unsigned n)
 
 /* ---- noticing and chaining ---- */
 
-unsigned mrc_patch_exports(void)
+MRC_HOT unsigned mrc_patch_exports(void)
 {
     return __atomic_load_n(&ng, __ATOMIC_ACQUIRE);
 }
@@ -173,7 +172,7 @@ int mrc_patch_export_touched(unsigned i, uintptr_t lo, uintptr_t hi)
     return e < hi && e + 8 > lo;
 }
 
-int mrc_patch_export_changed(unsigned i)
+MRC_HOT int mrc_patch_export_changed(unsigned i)
 {
     return g[i].entry && __atomic_load_n((uint64_t *)g[i].entry, __ATOMIC_ACQUIRE) != g[i].head;
 }
@@ -196,6 +195,12 @@ static void give_up(struct guarded *e, uint64_t now)
     mrc_monitor.sink.source_lost(lost, still);
 }
 
+/* Theirs first: from here a call that enters the chained path ends in their hook. */
+static void publish_theirs(unsigned kind, void *moved)
+{
+    __atomic_store_n(&theirs[kind], moved, __ATOMIC_RELEASE);
+}
+
 void mrc_patch_export_chain(unsigned i)
 {
     struct guarded *e = &g[i];
@@ -210,25 +215,12 @@ void mrc_patch_export_chain(unsigned i)
         e->head = now;
         return;
     }
-    uint8_t *slot = e->kind >= 0 ? mrc_x86_stub_alloc(e->entry) : NULL;
-    if (!slot || !mrc_x86_move_jump(e->entry, slot + 16)) {
-        mrc_x86_stub_seal(slot, 0);
+    uint64_t head;
+    if (e->kind < 0 || !mrc_patch_chain_jump(e->entry, now, chained_of[e->kind], publish_theirs, (unsigned)e->kind,
+                                             e->name, 1, &head)) {
         give_up(e, now);
         return;
     }
-    mrc_x86_abs_jump(slot, (uint64_t)(uintptr_t)chained_of[e->kind]);
-    mrc_x86_stub_seal(slot, 1);
-    /* Theirs first: from here a call that enters the chained path ends in their hook. */
-    __atomic_store_n(&theirs[e->kind], slot + 16, __ATOMIC_RELEASE);
-    uint64_t head = mrc_x86_swap_head(e->entry, now, slot);
-    if (!head)
-        return;    /* changed again under us, or not writable: the next look decides */
-    e->head = head;
-    if (mrc_log_level >= MRC_LOG_INFO) {
-        uint8_t b[8];
-        memcpy(b, &now, 8);
-        MRC_INFO("patch: libmrcache's own %s was patched by %s (%02x %02x %02x %02x %02x); chained: our hook runs "
-                 "first, then theirs",
-                 e->name, mrc_patch_jump_owner(slot + 16), b[0], b[1], b[2], b[3], b[4]);
-    }
+    if (head)
+        e->head = head;    /* else changed again under us, or not writable: the next look decides */
 }

@@ -39,8 +39,18 @@ const char *mrc_patch_jump_owner(const uint8_t *c);
 /* What still watches a function left unpatched. */
 const char *mrc_patch_fallback(void);
 
+/* Chains the foreign jump heading entry (now: its first 8 bytes) behind hook: the jump
+ * moves into a stub, publish(id, moved) makes the moved copy the end of hook's path, and
+ * only then does the entry jump to the stub, which goes on to hook. 0 if the jump cannot
+ * be moved (nothing changed: the caller gives up); else 1, with *head the entry's new
+ * first 8 bytes, or 0 if they changed again under us or could not be written (the next
+ * check decides). name and own (one of libmrcache's exports) are for the log. */
+int mrc_patch_chain_jump(uint8_t *entry, uint64_t now, void *hook, void (*publish)(unsigned id, void *moved),
+                         unsigned id, const char *name, int own, uint64_t *head);
+
 /* The guarded exports (patch_exports.c), by index below mrc_patch_exports(): whether one
- * lies in [lo, hi), whether its head changed, and chaining (or giving up) one that did. */
+ * lies in [lo, hi), whether its head changed, and chaining (or giving up) one that did;
+ * mrc_patch_export_chain leaves one that did not alone. */
 unsigned mrc_patch_exports(void);
 int mrc_patch_export_touched(unsigned i, uintptr_t lo, uintptr_t hi);
 int mrc_patch_export_changed(unsigned i);

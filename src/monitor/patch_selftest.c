@@ -42,7 +42,7 @@ unsigned mrc_patch_selftest(int preload)
     void *(*l_mremap)(void *, size_t, size_t, int, ...) = (void *(*)(void *, size_t, size_t, int, ...))dlsym(libc, "mremap");
     void *(*l_sbrk)(intptr_t) = (void *(*)(intptr_t))dlsym(libc, "sbrk");
     unsigned ok = 0;
-    long pg = sysconf(_SC_PAGESIZE);
+    long pg = (long)mrc_monitor.page_size;
     size_t len = 4 * (size_t)pg;
     char *p = mrc_sys_mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <unistd.h>
 
 #include "monitor/patch_x86.h"
+#include "monitor/unmap.h"
 
 #ifndef MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE
 #define MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE (1 << 5)
@@ -40,12 +40,11 @@ int mrc_x86_foreign_jump(const uint8_t *c)
            c[0] == 0x68 || ((c[0] == 0x48 || c[0] == 0x49) && (c[1] & 0xf8) == 0xb8);
 }
 
+/* Set by mrc_monitor_init before anything here runs: jumps are written at the patch
+ * source's install, stubs and swaps once something it watches has changed. */
 static long page_size(void)
 {
-    static long pg;
-    if (!pg)
-        pg = sysconf(_SC_PAGESIZE);
-    return pg;
+    return (long)mrc_monitor.page_size;
 }
 
 static int sys_mprotect(void *a, size_t len, int prot)
