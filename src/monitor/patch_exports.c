@@ -21,6 +21,7 @@
 #include "monitor/glibc_heap.h"
 #include "monitor/patch.h"
 #include "monitor/patch_priv.h"
+#include "monitor/patch_x86.h"
 #include "monitor/unmap.h"
 #include "util/hot.h"
 
@@ -142,6 +143,9 @@ static uint64_t built_head(const uint8_t *entry)
 
 void mrc_patch_guard_exports(const struct mrc_export *list, unsigned n)
 {
+    /* A chained head is swapped while other threads run: they must serialise after it,
+     * whether or not libc was patched (which asks for the same). */
+    mrc_x86_sync_init();
     for (unsigned i = 0; i < n && ng < MAX_EXPORTS; i++) {
         struct guarded *e = &g[ng];
         /* The head is replaced by one aligned 8-byte store: -falign-functions keeps ours
