@@ -247,6 +247,7 @@ static int rereg_cached(struct mrc_verbs *v, struct mrc_handle *h, int flags, st
                 e->iova_off == (int64_t)(h->iova - (uintptr_t)h->mr.addr);
     void *taken;
     if ((exact || trans || !(new_access & remote)) && mrc_cache_take(v->cache, e, &taken) == 0) {
+        mrc_verbs_disown(taken);
         h->entry = NULL;
         h->priv = taken;
         /* An entry with more local rights than asked for served this handle: the MR
