@@ -871,9 +871,7 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
     return 0;
 
 hit:
-    mrc_stat_add(MRC_STAT_HITS, 1);
-    mrc_hist_add(MRC_HIST_HITS, len, 1);
-    mrc_hist_add(MRC_HIST_HIT_BYTES, len, len);
+    mrc_stats_hit(len);
     *out = e;
     return 0;
 }
