@@ -14,7 +14,6 @@
 #include "util/callsite.h"
 #include "util/hot.h"
 #include "util/leaks.h"
-#include "util/log.h"
 #include "util/real.h"
 #include "util/stats.h"
 #include "verbs/mr.h"
