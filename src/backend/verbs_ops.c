@@ -2,7 +2,8 @@
  * says which access flags grant remote rights. Invariants: calls only real functions,
  * never our own hooks (no double counting, no recursion into the cache); a range is
  * watched by the userfaultfd source before the NIC pins it, and unwatched once its
- * registration failed or was deregistered (the cache never deregisters in a hook). */
+ * registration failed, was deregistered (the cache never deregisters in a hook) or left
+ * the cache for a caller of its own (mrc_verbs_disown). */
 #include <errno.h>
 #include <infiniband/verbs.h>
 
@@ -36,14 +37,22 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
 static int verbs_dereg(void *ctx, void *reg)
 {
     (void)ctx;
-    /* The range as registered: libibverbs fills addr and length from the call, and a
-     * cached MR is never rereg'd (verbs/mr.c gives a rereg its own registration). */
+    /* The range as registered: libibverbs fills addr and length from the call, and an MR
+     * is rereg'd only once out of the cache (mrc_verbs_disown let its watch go then). */
     struct ibv_mr *mr = reg;
     uint64_t addr = (uintptr_t)mr->addr, len = mr->length;
     int rc = mrc_real.dereg_mr(mr);
     if (!rc)
         mrc_uffd_unwatch(addr, len);
     return rc ? -rc : 0;
+}
+
+void mrc_verbs_disown(struct ibv_mr *mr)
+{
+    /* Its new owner deregisters it with the real ibv_dereg_mr, never through
+     * verbs_dereg: the watch verbs_reg made is let go here, or it would stay (the
+     * range's pages watched, its VMAs split) for the rest of the process. */
+    mrc_uffd_unwatch((uintptr_t)mr->addr, mr->length);
 }
 
 const struct mrc_cache_ops mrc_verbs_ops = { verbs_reg, verbs_dereg, NULL };

@@ -105,6 +105,14 @@ MRC_HOT static struct mrc_thread_state *thread_state(struct mrc_cache *c)
     return &ts;
 }
 
+/* Makes sure the calling thread's statistics block exists before it takes the lock:
+ * creating one may allocate (pthread_setspecific), which the lock must never be held
+ * across; settling and deferring count statistics under it. */
+MRC_HOT static void stats_ready(void)
+{
+    (void)mrc_stats_block();
+}
+
 int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p)
 {
     if (!p->ops.reg || !p->ops.dereg || p->page_size == 0 || (p->page_size & (p->page_size - 1)))
@@ -371,7 +379,7 @@ MRC_HOT static void settle_locked(struct mrc_cache *c)
         struct inval_batch b = { c, 0, 0, 0 };
         uint64_t k = mrc_itree_walk_run(c->parked[i].run, inval_one_locked, &b);
         inval_count_locked(c, &b, k);
-        inval_stats(k, c->parked[i].cause);   /* never in a hook; see stats_ready */
+        inval_stats(k, c->parked[i].cause);
     }
     c->parked_bytes = 0;
     __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);
@@ -411,6 +419,25 @@ MRC_HOT static void drop_tree_ref_locked(struct mrc_cache *c, struct mrc_entry *
         ST(&c->ndeferred, c->ndeferred + 1);
         ST(&c->deferred_bytes, c->deferred_bytes + mrc_entry_len(e));
     }
+}
+
+/* Whether the tree is past one of its limits (under the lock). */
+MRC_HOT static int over_limits_locked(const struct mrc_cache *c)
+{
+    return c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes;
+}
+
+/* Takes e out of the tree and onto *victims (linked through lru_next) if it is idle, the
+ * tree's reference its only one, which the caller then owns: whether it did. */
+static int evict_idle_locked(struct mrc_cache *c, struct mrc_entry *e, struct mrc_entry **victims)
+{
+    uint32_t idle = 1;
+    if (!__atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        return 0;
+    entry_remove_locked(c, e);
+    e->lru_next = *victims;
+    *victims = e;
+    return 1;
 }
 
 MRC_HOT static struct mrc_entry *take_deferred_locked(struct mrc_cache *c)
@@ -464,12 +491,7 @@ MRC_HOT static void drain(struct mrc_cache *c, int wait)
 void mrc_cache_drain(struct mrc_cache *c)
 {
     /* The refused ones first: those refused by this drain's own deregistrations wait. */
-    struct mrc_entry *failed = NULL;
-    if (LD(&c->nfailed)) {
-        pthread_mutex_lock(&c->lock);
-        failed = mrc_cache_failed_take_locked(c, NULL, NULL);
-        pthread_mutex_unlock(&c->lock);
-    }
+    struct mrc_entry *failed = mrc_cache_failed_take(c, NULL, NULL);
     drain(c, 1);
     mrc_cache_failed_retry(c, failed);
 }
@@ -483,14 +505,10 @@ static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_e
     uint64_t budget = c->tree_count;
     struct mrc_entry *e = c->lru.lru_next;
     while (budget-- > 0 && e != &c->lru) {
-        if (!all && c->tree_count <= c->p.max_entries && c->tree_bytes <= c->p.max_bytes)
+        if (!all && !over_limits_locked(c))
             break;
         struct mrc_entry *next = e->lru_next;
-        uint32_t idle = 1;
-        if (__atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-            entry_remove_locked(c, e);
-            e->lru_next = victims;
-            victims = e;
+        if (evict_idle_locked(c, e, &victims)) {
             mrc_stat_add(MRC_STAT_EVICTIONS, 1);
         } else {
             /* In use now, so recently used when released. */
@@ -502,7 +520,7 @@ static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_e
     /* Past a limit still (all in use): every release evicts until it is met. Every entry
      * then looks older than a quarter of the tree, so that its release reads over_limit
      * (see evict_released); the clock only orders moves, it counts nothing. */
-    uint32_t over = c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes;
+    uint32_t over = (uint32_t)over_limits_locked(c);
     ST(&c->over_limit, over);
     if (over)
         ST(&c->lru_clock, c->lru_clock + c->tree_count + 1);
@@ -510,6 +528,28 @@ static struct mrc_entry *evict_locked(struct mrc_cache *c, int all, struct mrc_e
 }
 
 /* ---- get / put ---- */
+
+/* Whether an invalidation begun at or after seq0 overlaps [first, last]. Unknown (a
+ * slot overwritten or still being written) counts as overlapping. */
+MRC_HOT static int raced_locked(struct mrc_cache *c, uint64_t seq0, uint64_t first, uint64_t last)
+{
+    uint64_t now = __atomic_load_n(&c->inval_seq, __ATOMIC_SEQ_CST);
+    if (now - seq0 > MRC_INVAL_RING)
+        return 1;
+    for (uint64_t s = seq0; s < now; s++) {
+        __typeof__(c->ring[0]) *slot = &c->ring[s % MRC_INVAL_RING];
+        if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != s + 1)
+            return 1;
+        /* Acquire loads keep the second read of seq after them (a seqlock read). */
+        uint64_t f = __atomic_load_n(&slot->first, __ATOMIC_ACQUIRE);
+        uint64_t l = __atomic_load_n(&slot->last, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&slot->seq, __ATOMIC_RELAXED) != s + 1)
+            return 1;
+        if (f <= last && first <= l)
+            return 1;
+    }
+    return 0;
+}
 
 /* Registers through the back-end, timing it for the statistics. Nothing is prefetched
  * when it returns: since insertions wait in the young set, prefetching what they touch
@@ -720,7 +760,9 @@ static int get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64
         return rc;
     struct mrc_entry *e = entry_new(c, domain, first, last, iova_off, access, reg);
     if (!e) {
-        c->p.ops.dereg(c->p.ops.ctx, reg);
+        /* Counted as any deregistration; a refusal cannot be kept on the failed list,
+         * which holds entries, and there is none. */
+        mrc_cache_backend_dereg(c, reg);
         return -ENOMEM;
     }
     ST(&e->flags, MRC_E_PRIVATE);
@@ -860,7 +902,7 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
     __atomic_store_n(&e->ref, 2u, __ATOMIC_RELEASE);   /* the tree's and the caller's */
     ST(&c->tree_count, c->tree_count + 1);
     miss_done(c);
-    if (c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes)
+    if (over_limits_locked(c))
         victims = evict_locked(c, 0, NULL);
     dead = take_deferred_locked(c);
     pthread_mutex_unlock(&c->lock);
@@ -871,9 +913,7 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
     return 0;
 
 hit:
-    mrc_stat_add(MRC_STAT_HITS, 1);
-    mrc_hist_add(MRC_HIST_HITS, len, 1);
-    mrc_hist_add(MRC_HIST_HIT_BYTES, len, len);
+    mrc_stats_hit(len);
     *out = e;
     return 0;
 }
@@ -904,15 +944,9 @@ __attribute__((noinline, cold)) static void evict_released(struct mrc_cache *c, 
     stats_ready();
     pthread_mutex_lock(&c->lock);
     settle_locked(c);   /* a parked entry is out of the tree already */
-    int over = c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes;
-    uint32_t idle = 1;
-    if (over && (LD(&e->flags) & MRC_E_IN_TREE) &&
-        __atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-        entry_remove_locked(c, e);
-        victim = e;
+    if (over_limits_locked(c) && (LD(&e->flags) & MRC_E_IN_TREE) && evict_idle_locked(c, e, &victim))
         mrc_stat_add(MRC_STAT_EVICTIONS, 1);
-    }
-    ST(&c->over_limit, (uint32_t)(c->tree_count > c->p.max_entries || c->tree_bytes > c->p.max_bytes));
+    ST(&c->over_limit, (uint32_t)over_limits_locked(c));
     pthread_mutex_unlock(&c->lock);
     if (victim)
         mrc_cache_dereg_entry(c, victim);
@@ -966,29 +1000,15 @@ static uint64_t flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *
     struct mrc_entry *e = c->lru.lru_next;
     while (e != &c->lru) {
         struct mrc_entry *next = e->lru_next;
-        if (!match || match(e, arg)) {
-            uint32_t idle = 1;
-            if (__atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-                entry_remove_locked(c, e);
-                e->lru_next = victims;
-                victims = e;
-            } else {
-                busy++;
-            }
-        }
+        if ((!match || match(e, arg)) && !evict_idle_locked(c, e, &victims))
+            busy++;
         e = next;
     }
     pthread_mutex_unlock(&c->lock);
     mrc_cache_dereg_list(c, victims);
     /* Then the refused ones, those just refused among them: ibv_dealloc_pd and
      * ibv_close_device come here first, and must succeed once the cause is gone. */
-    *refused = 0;
-    if (LD(&c->nfailed)) {
-        pthread_mutex_lock(&c->lock);
-        struct mrc_entry *failed = mrc_cache_failed_take_locked(c, match, arg);
-        pthread_mutex_unlock(&c->lock);
-        *refused = mrc_cache_failed_retry(c, failed);
-    }
+    *refused = mrc_cache_failed_retry(c, mrc_cache_failed_take(c, match, arg));
     return busy + *refused;
 }
 
@@ -1015,10 +1035,7 @@ int mrc_cache_take(struct mrc_cache *c, struct mrc_entry *e, void **reg)
         if (ok) {
             /* The registration is the caller's now: no longer the cache's to count. */
             *reg = e->reg;
-            __atomic_fetch_add(&c->reg_freed, 1, __ATOMIC_RELAXED);
-            __atomic_fetch_add(&c->reg_freed_bytes, mrc_entry_len(e), __ATOMIC_RELAXED);
-            ST(&e->flags, 0u);
-            mrc_pool_put(&c->entries, e);
+            mrc_cache_entry_free(c, e);
             return 0;
         }
         if (seen <= want)
@@ -1081,7 +1098,9 @@ int mrc_cache_destroy(struct mrc_cache *c, struct mrc_cache_leftovers *left)
         mrc_pool_put(&c->entries, t->spare[i]);
     t->spare_next = t->spare_end = 0;
     t->nbatch = 0;
-    mrc_cache_drain(c);
+    /* Young entries into the tree (pending below would count one in use twice), the
+     * deferred deregistered; the failed are left for flush to retry, once. */
+    drain(c, 1);
     uint64_t refused;
     uint64_t in_use = flush(c, NULL, NULL, &refused) - refused;
     pthread_mutex_lock(&c->lock);

@@ -10,22 +10,31 @@
 
 #define FAILED_BACKOFF_MAX 4096   /* misses between two retries while refusals go on */
 
-int mrc_cache_dereg_try(struct mrc_cache *c, struct mrc_entry *e)
+int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg)
 {
-    uint64_t len = mrc_entry_len(e);
     uint64_t t0 = mrc_ticks();
-    int rc = c->p.ops.dereg(c->p.ops.ctx, e->reg);
+    int rc = c->p.ops.dereg(c->p.ops.ctx, reg);
     mrc_stat_add(MRC_STAT_REAL_DEREG_NS, mrc_ticks_since(t0));
     mrc_stat_add(MRC_STAT_REAL_DEREGS, 1);
-    if (rc) {
+    if (rc)
         mrc_stat_add(MRC_STAT_DEREG_FAILURES, 1);
-        return rc;
-    }
+    return rc;
+}
+
+void mrc_cache_entry_free(struct mrc_cache *c, struct mrc_entry *e)
+{
     __atomic_fetch_add(&c->reg_freed, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&c->reg_freed_bytes, len, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->reg_freed_bytes, mrc_entry_len(e), __ATOMIC_RELAXED);
     ST(&e->flags, 0u);
     mrc_pool_put(&c->entries, e);
-    return 0;
+}
+
+int mrc_cache_dereg_try(struct mrc_cache *c, struct mrc_entry *e)
+{
+    int rc = mrc_cache_backend_dereg(c, e->reg);
+    if (!rc)
+        mrc_cache_entry_free(c, e);
+    return rc;
 }
 
 static void failed_add(struct mrc_cache *c, struct mrc_entry *e)
@@ -75,6 +84,17 @@ struct mrc_entry *mrc_cache_failed_take_locked(struct mrc_cache *c, int (*match)
         c->failed_bytes -= mrc_entry_len(e);
     }
     return out;
+}
+
+struct mrc_entry *mrc_cache_failed_take(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),
+                                        void *arg)
+{
+    if (!LD(&c->nfailed))
+        return NULL;
+    pthread_mutex_lock(&c->lock);
+    struct mrc_entry *list = mrc_cache_failed_take_locked(c, match, arg);
+    pthread_mutex_unlock(&c->lock);
+    return list;
 }
 
 struct mrc_entry *mrc_cache_failed_due_locked(struct mrc_cache *c)

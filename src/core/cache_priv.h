@@ -1,9 +1,8 @@
 /* cache_priv.h - what the cache core's files share (cache.c: lookup, registration,
  * release, eviction; cache_inval.c: invalidation; cache_dereg.c: deregistration and the
  * failed list): relaxed accessors, the entry of a tree node, the LRU and young-set steps
- * both take, the race check of a miss against the invalidations announced since it
- * began, the deregistration steps. Not for other layers. Everything here runs under the
- * cache lock unless it says otherwise. */
+ * both take, the deregistration steps. Not for other layers. Everything here runs under
+ * the cache lock unless it says otherwise. */
 #ifndef MRC_CACHE_PRIV_H
 #define MRC_CACHE_PRIV_H
 
@@ -40,47 +39,17 @@ static inline int young_may_overlap(const struct mrc_cache *c, uint64_t first, u
     return LD(&c->nyoung) && c->young_first <= last && first <= c->young_last;
 }
 
-/* Makes sure the calling thread's statistics block exists before it takes the lock:
- * creating one may allocate (pthread_setspecific), which the lock must never be held
- * across; settling and deferring count statistics under it. */
-static inline void stats_ready(void)
-{
-    (void)mrc_stats_block();
-}
-
-/* Whether an invalidation begun at or after seq0 overlaps [first, last]. Unknown (a
- * slot overwritten or still being written) counts as overlapping. */
-static inline int raced_locked(struct mrc_cache *c, uint64_t seq0, uint64_t first, uint64_t last)
-{
-    uint64_t now = __atomic_load_n(&c->inval_seq, __ATOMIC_SEQ_CST);
-    if (now - seq0 > MRC_INVAL_RING)
-        return 1;
-    for (uint64_t s = seq0; s < now; s++) {
-        __typeof__(c->ring[0]) *slot = &c->ring[s % MRC_INVAL_RING];
-        if (__atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != s + 1)
-            return 1;
-        /* Acquire loads keep the second read of seq after them (a seqlock read). */
-        uint64_t f = __atomic_load_n(&slot->first, __ATOMIC_ACQUIRE);
-        uint64_t l = __atomic_load_n(&slot->last, __ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&slot->seq, __ATOMIC_RELAXED) != s + 1)
-            return 1;
-        if (f <= last && first <= l)
-            return 1;
-    }
-    return 0;
-}
-
 /* Counters of one invalidation, applied once at its end (under the lock throughout). */
 struct inval_batch {
     struct mrc_cache *c;
     uint64_t bytes, ndeferred, deferred_bytes;
 };
 
-/* An entry the tree has just let go of (mrc_itree_remove_range's and walk_run's
- * callback): what cache.c's entry_remove_locked and drop_tree_ref_locked do, with the
- * counters batched. One atomic read-modify-write per entry: the reference drop, which
- * also orders the IN_TREE clear before any hint reader's later increment (see
- * entry_remove_locked). */
+/* An entry the tree has just let go of (mrc_itree_remove_range's and
+ * mrc_itree_walk_run's callback): what cache.c's entry_remove_locked and
+ * drop_tree_ref_locked do, with the counters batched. One atomic read-modify-write per
+ * entry: the reference drop, which also orders the IN_TREE clear before any hint
+ * reader's later increment (see entry_remove_locked). */
 static inline void inval_one_locked(struct mrc_itree_node *node, void *arg)
 {
     struct inval_batch *b = arg;
@@ -118,6 +87,13 @@ static inline void inval_stats(uint64_t n, enum mrc_inval_cause cause)
 
 /* ---- deregistration (cache_dereg.c; never under the lock, never in a hook) ---- */
 
+/* The back-end's deregistration of reg, timed and counted: 0 or its -errno. */
+int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg);
+
+/* A dead entry whose registration is no longer the cache's (deregistered, or handed to
+ * a caller): out of the gauges, back to the pool. */
+void mrc_cache_entry_free(struct mrc_cache *c, struct mrc_entry *e);
+
 /* Deregisters a dead entry (ref 0, out of the tree) and returns it to the pool: 0, or
  * the back-end's -errno, counted, and the entry is left as it was. */
 int mrc_cache_dereg_try(struct mrc_cache *c, struct mrc_entry *e);
@@ -132,6 +108,10 @@ void mrc_cache_dereg_list(struct mrc_cache *c, struct mrc_entry *list);
  * off the list, for mrc_cache_failed_retry once the lock is let go. */
 struct mrc_entry *mrc_cache_failed_take_locked(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),
                                                void *arg);
+
+/* The same, taking the lock for it (none while nfailed reads 0). */
+struct mrc_entry *mrc_cache_failed_take(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),
+                                        void *arg);
 
 /* Under the lock, for a miss: all of them if the wait since the last retry is over
  * (the wait doubles each time, up to 4096 misses), else NULL. */

@@ -635,7 +635,7 @@ static node_t *cut_run(struct mrc_itree *t, uint64_t start, uint64_t last)
 
 /* Calls fn on every node of a cut run, in order, with a stack of the ancestors still to
  * visit, so that no node is read once fn has had it; O(run), no rebalancing per node. */
-static size_t walk_run(node_t *run, void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
+size_t mrc_itree_walk_run(node_t *run, void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
 {
     node_t *x, *stack[MAX_DEPTH];
     unsigned depth = 0;
@@ -652,11 +652,6 @@ static size_t walk_run(node_t *run, void (*fn)(struct mrc_itree_node *n, void *a
         walked++;
     }
     return walked;
-}
-
-size_t mrc_itree_walk_run(struct mrc_itree_node *run, void (*fn)(struct mrc_itree_node *n, void *arg), void *arg)
-{
-    return walk_run(run, fn, arg);
 }
 
 size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last,
@@ -684,7 +679,7 @@ size_t mrc_itree_remove_range(struct mrc_itree *t, uint64_t start, uint64_t last
     if (n) {
         node_t *r = cut_run(t, start, last);
         if (!cut)
-            return removed + walk_run(r, fn, arg);
+            return removed + mrc_itree_walk_run(r, fn, arg);
         *cut = r;
         return removed;
     }

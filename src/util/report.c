@@ -76,11 +76,12 @@ void mrc_report_reg_model(const struct mrc_report *r, double *fixed_ns, double *
     *ns_per_byte = per_byte;
 }
 
-uint64_t mrc_report_saved_ns(const struct mrc_report *r)
+/* mrc_report_saved_ns with the model already fitted. */
+static uint64_t saved_ns(const struct mrc_report *r, double fixed, double per_byte)
 {
-    double fixed, per_byte;
-    mrc_report_reg_model(r, &fixed, &per_byte);
     double saved = 0;
+    /* The hits priced here, the histogram's: v[MRC_STAT_HITS] is summed apart from it,
+     * and a snapshot taken while a thread counts may hold a hit in one and not the other. */
     uint64_t hits = 0;
     for (int k = 0; k < MRC_HIST_BUCKETS; k++) {
         hits += r->s.hist[k][MRC_HIST_HITS];
@@ -90,6 +91,13 @@ uint64_t mrc_report_saved_ns(const struct mrc_report *r)
     if (r->s.v[MRC_STAT_REAL_DEREGS])
         saved += (double)hits * (double)r->s.v[MRC_STAT_REAL_DEREG_NS] / (double)r->s.v[MRC_STAT_REAL_DEREGS];
     return saved > 0 ? (uint64_t)saved : 0;
+}
+
+uint64_t mrc_report_saved_ns(const struct mrc_report *r)
+{
+    double fixed, per_byte;
+    mrc_report_reg_model(r, &fixed, &per_byte);
+    return saved_ns(r, fixed, per_byte);
 }
 
 static double pct(uint64_t a, uint64_t b)
@@ -112,7 +120,9 @@ static const char *bucket_label(int b, char *tmp, size_t n)
 static void write_text(struct buf *b, const struct mrc_report *r)
 {
     const uint64_t *v = r->s.v;
-    uint64_t saved = mrc_report_saved_ns(r);
+    double fixed, per_byte;
+    mrc_report_reg_model(r, &fixed, &per_byte);
+    uint64_t saved = saved_ns(r, fixed, per_byte);
     put(b, "libmrcache[%d] statistics (monitor: %s)\n", (int)getpid(), r->monitor);
     put(b, "  registrations requested %llu: hits %llu, misses %llu, uncached %llu (%llu over shared memory); hit rate %.1f%%\n",
         (unsigned long long)v[MRC_STAT_REQUESTS], (unsigned long long)v[MRC_STAT_HITS],
@@ -145,8 +155,6 @@ static void write_text(struct buf *b, const struct mrc_report *r)
     else if (v[MRC_STAT_DEREG_FAILURES])
         put(b, "  deregistrations the NIC refused %llu; all went through when retried\n",
             (unsigned long long)v[MRC_STAT_DEREG_FAILURES]);
-    double fixed, per_byte;
-    mrc_report_reg_model(r, &fixed, &per_byte);
     put(b, "  time in real registration %.3f ms, deregistration %.3f ms; estimated time saved %.3f ms "
            "(a registration modelled as %.1f us + %.3f ns/B)\n",
         (double)v[MRC_STAT_REAL_REG_NS] / 1e6, (double)v[MRC_STAT_REAL_DEREG_NS] / 1e6, (double)saved / 1e6,

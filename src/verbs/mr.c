@@ -14,7 +14,6 @@
 #include "util/callsite.h"
 #include "util/hot.h"
 #include "util/leaks.h"
-#include "util/log.h"
 #include "util/real.h"
 #include "util/stats.h"
 #include "verbs/mr.h"
@@ -101,6 +100,17 @@ MRC_HOT static struct mrc_handle *handle_of(struct mrc_verbs *v, struct ibv_mr *
     return (struct mrc_handle *)mr;
 }
 
+/* What the handle shows of the registration real it stands for: the device's names for
+ * it (context, pd, handle, keys). Its range is the handle's own. */
+MRC_HOT static void handle_copy_keys(struct mrc_handle *h, const struct ibv_mr *real)
+{
+    h->mr.context = real->context;
+    h->mr.pd = real->pd;
+    h->mr.handle = real->handle;
+    h->mr.lkey = real->lkey;
+    h->mr.rkey = real->rkey;
+}
+
 struct ibv_mr *mrc_verbs_reg_uncached(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
 {
     mrc_stat_add(MRC_STAT_UNCACHED, 1);
@@ -132,14 +142,9 @@ MRC_HOT struct ibv_mr *mrc_verbs_reg_mr(struct mrc_verbs *v, struct ibv_pd *pd, 
         errno = -rc;
         return NULL;
     }
-    struct ibv_mr *real = e->reg;
-    h->mr.context = real->context;
-    h->mr.pd = real->pd;
+    handle_copy_keys(h, e->reg);
     h->mr.addr = addr;
     h->mr.length = len;
-    h->mr.handle = real->handle;
-    h->mr.lkey = real->lkey;
-    h->mr.rkey = real->rkey;
     h->access = access;
     h->iova = iova;
     h->entry = e;
@@ -207,11 +212,7 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
  * handle took over, wider than what its caller registered). */
 static void rereg_done(struct mrc_handle *h, const struct ibv_mr *real, int flags, int rc, int access)
 {
-    h->mr.context = real->context;
-    h->mr.pd = real->pd;
-    h->mr.handle = real->handle;
-    h->mr.lkey = real->lkey;
-    h->mr.rkey = real->rkey;
+    handle_copy_keys(h, real);
     if (rc != 0 && rc != IBV_REREG_MR_ERR_DO_FORK_OLD)   /* the MR changed only with these */
         return;
     if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
@@ -247,6 +248,7 @@ static int rereg_cached(struct mrc_verbs *v, struct mrc_handle *h, int flags, st
                 e->iova_off == (int64_t)(h->iova - (uintptr_t)h->mr.addr);
     void *taken;
     if ((exact || trans || !(new_access & remote)) && mrc_cache_take(v->cache, e, &taken) == 0) {
+        mrc_verbs_disown(taken);
         h->entry = NULL;
         h->priv = taken;
         /* An entry with more local rights than asked for served this handle: the MR

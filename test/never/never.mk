@@ -35,6 +35,6 @@ TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_idle_pinned col
 TEST_CMDS += "test/never/test_rereg_table.sh $(BUILD) '$(PRELOAD_PREFIX)'"
 TEST_CMDS += "test/never/test_rereg_table.sh $(BUILD) '$(PRELOAD_PREFIX)' MRCACHE_REMOTE=never"
 # The userfaultfd source's side effects.
-NEVER_UFFD_MODES := vma mremap own_uffd close_range close_range_unmap
+NEVER_UFFD_MODES := vma rereg mremap own_uffd close_range close_range_unmap
 TEST_CMDS += $(foreach m,$(NEVER_UFFD_MODES),"$(NEVER_REF) $(BUILD)/test/never_test_uffd_side_effects $(m)")
 TEST_CMDS += $(foreach m,$(NEVER_UFFD_MODES),"$(NEVER_UFFD) $(NEVER_TMO) $(BUILD)/test/never_test_uffd_side_effects $(m)")

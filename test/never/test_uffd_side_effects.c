@@ -1,8 +1,9 @@
 /* test_uffd_side_effects.c - the userfaultfd source (MRCACHE_MONITOR=...,uffd) must not
- * change the program: its VMA count after registering, releasing and freeing; mremap of a
- * partly registered mapping; its own UFFDIO_REGISTER; a descriptor number it reuses after
- * closing all it did not open. Run with and without the preload (the reference).
- * Usage: test_uffd_side_effects vma|mremap|own_uffd|close_range|close_range_unmap */
+ * change the program: its VMA count after registering, releasing and freeing, and after
+ * a rereg of a cached registration and its release; mremap of a partly registered
+ * mapping; its own UFFDIO_REGISTER; a descriptor number it reuses after closing all it
+ * did not open. Run with and without the preload (the reference).
+ * Usage: test_uffd_side_effects vma|rereg|mremap|own_uffd|close_range|close_range_unmap */
 #include <dirent.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
@@ -67,6 +68,73 @@ static void test_vma_count_after_release_and_free(void)
            vma0, registered, NPAGES, after, never_preloaded() ? "libmrcache" : "no cache");
     CHECKF(ok, "%ld VMAs after freeing, %ld before", after, vma0);
     munmap(p, 2ull * NPAGES * (size_t)pg);
+}
+
+/* ---- rereg ---- */
+
+/* The VMAs that [p, p+len) spans, from /proc/self/maps. */
+static int vmas_in(const char *p, size_t len)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    uintptr_t a = (uintptr_t)p, end = a + len, lo, hi;
+    char line[512];
+    int n = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo < end && a < hi)
+            n++;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+#define REREG_PAGES 8
+static char *rereg_map;
+
+static int rereg_map_whole(void)
+{
+    return vmas_in(rereg_map, 2ull * REREG_PAGES * (size_t)pg) == 1;
+}
+
+/* Separate pages of one mapping registered, released and registered again (a hit: the
+ * cached registration, its page watched), then rereg'd (a new access, or a new
+ * translation onto the page beside it), which hands the registration to the handle
+ * alone, and deregistered: nothing is left watched, the mapping is one VMA again, as
+ * without the cache. */
+static void test_vmas_after_rereg_of_cached_registration(void)
+{
+    warm_up();
+    size_t len = 2ull * REREG_PAGES * (size_t)pg;
+    char *p = map_anon(NULL, len, 0);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    memset(p, 1, len);
+    rereg_map = p;
+    int split = 0;
+    for (int i = 0; i < REREG_PAGES; i++) {
+        char *a = p + 2ll * i * pg, *to = i & 1 ? a + pg : a;
+        struct ibv_mr *m = ibv_reg_mr(pd, a, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+        CHECK(m && ibv_dereg_mr(m) == 0);
+        m = ibv_reg_mr(pd, a, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+        CHECK(m != NULL);
+        if (!m)
+            continue;
+        if (vmas_in(p, len) > 1)
+            split = 1;
+        int rc = i & 1 ? ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, to, (size_t)pg, 0)
+                       : ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE);
+        CHECKF(rc == 0, "ibv_rereg_mr of page %d: %d (%s)", i, rc, strerror(errno));
+        CHECK(write_visible(m, to, (size_t)pg, (unsigned char)(0x30 + i)));
+        CHECK(ibv_dereg_mr(m) == 0);
+    }
+    int ok = never_eventually(rereg_map_whole);
+    printf("# the mapping: %d VMAs after %d rereg'd registrations were released (%s; split while registered: %s)\n",
+           vmas_in(p, len), REREG_PAGES, never_preloaded() ? "libmrcache" : "no cache", split ? "yes" : "no");
+    CHECKF(ok, "the mapping spans %d VMAs once its rereg'd registrations are gone (1 without the cache)",
+           vmas_in(p, len));
+    if (never_preloaded() && !split && ok)
+        check_skipf("no registration split the mapping: the userfaultfd source is not watching here");
+    munmap(p, len);
 }
 
 /* ---- mremap ---- */
@@ -363,6 +431,8 @@ int main(int argc, char **argv)
     never_resolve_injector();   /* the software NIC is needed */
     if (!strcmp(mode, "vma"))
         RUN(test_vma_count_after_release_and_free);
+    else if (!strcmp(mode, "rereg"))
+        RUN(test_vmas_after_rereg_of_cached_registration);
     else if (!strcmp(mode, "mremap"))
         RUN(test_mremap_partly_registered_mapping);
     else if (!strcmp(mode, "own_uffd"))
@@ -372,7 +442,7 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "close_range_unmap"))
         RUN(test_unmap_after_close_range_returns);
     else {
-        fprintf(stderr, "usage: test_uffd_side_effects vma|mremap|own_uffd|close_range|close_range_unmap\n");
+        fprintf(stderr, "usage: test_uffd_side_effects vma|rereg|mremap|own_uffd|close_range|close_range_unmap\n");
         return 2;
     }
     CHECK_EXIT();
