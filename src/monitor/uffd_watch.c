@@ -59,10 +59,35 @@ static int unregister_raw(int f, uint64_t start, uint64_t end)
     return syscall(SYS_ioctl, f, UFFDIO_UNREGISTER, &r) == 0 ? 0 : errno;
 }
 
+/* Under the lock: our descriptor, checked, or -1 (then lost). */
+static int current_fd(void)
+{
+    int f = __atomic_load_n(&mrc_uffd_fd, __ATOMIC_ACQUIRE);
+    if (f < 0)
+        return -1;
+    if (!mrc_uffd_fd_ours(f)) {
+        mrc_uffd_lose("its descriptor was closed or replaced by a call libmrcache does not see");
+        return -1;
+    }
+    return f;
+}
+
+#define FD_UNCHECKED (-2)
+
 struct unreg {
-    int fd;
+    int fd;         /* FD_UNCHECKED: current_fd() at the first ioctl */
     int tries;
 };
+
+/* Under the lock: the descriptor u's ioctls use, or -1. Called from inside a walk of the
+ * counts: a loss found here changes none of them (mrc_uffd_lose clears
+ * mrc_uffd_watching before anything it calls could come back to them). */
+static int unreg_fd(struct unreg *u)
+{
+    if (u->fd == FD_UNCHECKED)
+        u->fd = current_fd();
+    return u->fd;
+}
 
 /* Our registration leaves [start, end), which no live registration needs. The kernel
  * refuses (EINVAL) a range holding a mapping it cannot watch (a file mapped there since,
@@ -72,7 +97,7 @@ struct unreg {
  * which costs an event per unmap and nothing else. */
 static void unregister_run(struct unreg *u, uint64_t start, uint64_t end)
 {
-    if (u->tries-- <= 0)
+    if (unreg_fd(u) < 0 || u->tries-- <= 0)
         return;
     int err = unregister_raw(u->fd, start, end);
     if (!err && __atomic_sub_fetch(&map_estimate, 2, __ATOMIC_RELAXED) < 0)
@@ -103,19 +128,6 @@ static void settle_orphans(struct unreg *u)
     for (unsigned i = 0; i < norphans; i++)
         mrc_uffd_ranges_adopt(&ranges, orphans[i].start, orphans[i].end, unregister_fn, u);
     norphans = 0;
-}
-
-/* Under the lock: our descriptor, checked, or -1 (then lost). */
-static int current_fd(void)
-{
-    int f = __atomic_load_n(&mrc_uffd_fd, __ATOMIC_ACQUIRE);
-    if (f < 0)
-        return -1;
-    if (!mrc_uffd_fd_ours(f)) {
-        mrc_uffd_lose("its descriptor was closed or replaced by a call libmrcache does not see");
-        return -1;
-    }
-    return f;
 }
 
 /* [addr, addr+len) widened to whole pages; 0 for an empty range. */
@@ -213,8 +225,12 @@ void mrc_uffd_unwatch_slow(uint64_t addr, uint64_t len)
         return;
     int saved = errno;
     pthread_mutex_lock(&mrc_uffd_lock);
-    struct unreg u = { current_fd(), UNREG_TRIES };
-    if (u.fd >= 0) {
+    /* The descriptor is checked (an fstat) only once a page is to leave our
+     * registration: pages other registrations still need, or that were never watched,
+     * make no ioctl. Counts changed before a loss is found there no longer matter: a
+     * lost source never comes back on. */
+    struct unreg u = { FD_UNCHECKED, UNREG_TRIES };
+    if (__atomic_load_n(&mrc_uffd_fd, __ATOMIC_ACQUIRE) >= 0) {
         settle_orphans(&u);
         mrc_uffd_ranges_sub(&ranges, start, end, unregister_fn, &u);
     }
@@ -281,9 +297,14 @@ void mrc_uffd_before_mremap(void *old, size_t old_size, size_t new_size, int fla
         return;
     int saved = errno, needed = 0;
     pthread_mutex_lock(&mrc_uffd_lock);
-    struct unreg u = { current_fd(), UNREG_TRIES };
-    if (u.fd >= 0)
-        needed = step_aside(&u, start, end);
+    /* Most mremaps touch nothing of ours (glibc's realloc of a large chunk grows one):
+     * with no page counted and no orphan to settle, step_aside would make no ioctl, so
+     * the descriptor's fstat is not worth paying either. */
+    if (norphans || mrc_uffd_ranges_used(&ranges, start, end)) {
+        struct unreg u = { current_fd(), UNREG_TRIES };
+        if (u.fd >= 0)
+            needed = step_aside(&u, start, end);
+    }
     pthread_mutex_unlock(&mrc_uffd_lock);
     /* A move invalidates the old range anyway; growing in place would keep entries
      * whose pages are no longer watched. */
