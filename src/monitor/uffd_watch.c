@@ -197,7 +197,7 @@ void mrc_uffd_watch_init(void)
 void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
 {
     uint64_t start, end;
-    if (__atomic_load_n(&mrc_uffd_state, __ATOMIC_ACQUIRE) != MRC_UFFD_ON || !page_span(addr, len, &start, &end))
+    if (!page_span(addr, len, &start, &end))
         return;
     int saved = errno, err = 0;
     pthread_mutex_lock(&mrc_uffd_lock);
@@ -221,7 +221,7 @@ void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
 void mrc_uffd_unwatch_slow(uint64_t addr, uint64_t len)
 {
     uint64_t start, end;
-    if (__atomic_load_n(&mrc_uffd_state, __ATOMIC_ACQUIRE) != MRC_UFFD_ON || !page_span(addr, len, &start, &end))
+    if (!page_span(addr, len, &start, &end))
         return;
     int saved = errno;
     pthread_mutex_lock(&mrc_uffd_lock);
@@ -293,7 +293,7 @@ void mrc_uffd_before_mremap(void *old, size_t old_size, size_t new_size, int fla
      * need the source to be one mapping (EFAULT otherwise), and a move would take our
      * registration along to the new address. */
     if ((new_size <= old_size && !(flags & (MREMAP_FIXED | MREMAP_DONTUNMAP))) ||
-        !__atomic_load_n(&mrc_uffd_watching, __ATOMIC_ACQUIRE) || !page_span((uintptr_t)old, old_size, &start, &end))
+        !page_span((uintptr_t)old, old_size, &start, &end))
         return;
     int saved = errno, needed = 0;
     pthread_mutex_lock(&mrc_uffd_lock);
