@@ -40,7 +40,9 @@ static unsigned norphans;
  * reach half of vm.max_map_count through our splits, never more, so that its own mmaps
  * never fail because of us. The estimate grows by two per registration and shrinks by
  * two per range given back; past the limit the maps are counted again, once per 1024
- * refusals. */
+ * refusals. Plain numbers: touched only under mrc_uffd_lock, but at start (before the
+ * descriptor is published, which anything else that touches them waits for) and in a
+ * forked child. */
 static long map_limit;
 static long map_estimate;
 static unsigned long map_refusals;
@@ -100,8 +102,8 @@ static void unregister_run(struct unreg *u, uint64_t start, uint64_t end)
     if (unreg_fd(u) < 0 || u->tries-- <= 0)
         return;
     int err = unregister_raw(u->fd, start, end);
-    if (!err && __atomic_sub_fetch(&map_estimate, 2, __ATOMIC_RELAXED) < 0)
-        __atomic_store_n(&map_estimate, 0, __ATOMIC_RELAXED);
+    if (!err && (map_estimate -= 2) < 0)
+        map_estimate = 0;
     if (err != EINVAL)
         return;
     uint64_t hs = start & ~(HUGE_2M - 1), he = (end + HUGE_2M - 1) & ~(HUGE_2M - 1);
@@ -157,17 +159,18 @@ static long count_maps(void)
     return n < 0 ? -1 : lines;
 }
 
+/* Under the lock. */
 static int budget_take(void)
 {
-    if (__atomic_add_fetch(&map_estimate, 2, __ATOMIC_RELAXED) <= map_limit)
+    if ((map_estimate += 2) <= map_limit)
         return 1;
-    __atomic_sub_fetch(&map_estimate, 2, __ATOMIC_RELAXED);
-    if (__atomic_fetch_add(&map_refusals, 1, __ATOMIC_RELAXED) % 1024 != 0)
+    map_estimate -= 2;
+    if (map_refusals++ % 1024 != 0)
         return 0;
     long n = count_maps();
     if (n < 0)
         return 0;
-    __atomic_store_n(&map_estimate, n + 2, __ATOMIC_RELAXED);
+    map_estimate = n + 2;
     return n + 2 <= map_limit;
 }
 
@@ -209,7 +212,7 @@ void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
         if (err == EINVAL && ((start | end) & (HUGE_2M - 1)) && end <= ~(HUGE_2M - 1))
             err = mrc_uffd_register_raw(u.fd, start & ~(HUGE_2M - 1), (end + HUGE_2M - 1) & ~(HUGE_2M - 1));
         if (err && err != ENOSPC)
-            __atomic_sub_fetch(&map_estimate, 2, __ATOMIC_RELAXED);   /* nothing was split */
+            map_estimate -= 2;   /* nothing was split */
         mrc_uffd_ranges_add(&ranges, start, end, err == 0);
     }
     pthread_mutex_unlock(&mrc_uffd_lock);
