@@ -14,7 +14,9 @@
 #include "monitor/uffd.h"
 #include "util/real.h"
 
-/* Ours, or -1: as unsigned, the compares below then catch only the rare close(-1). */
+/* Ours, or -1. With none, the compares below still send close(-1), dup2 or dup3 onto
+ * -1 and closefrom of a negative number to the slow path, which then makes the same
+ * call: all rare. */
 static inline int our_fd(void)
 {
     return __atomic_load_n(&mrc_uffd_fd, __ATOMIC_RELAXED);
@@ -31,7 +33,10 @@ MRC_EXPORT int close(int fd)
 MRC_EXPORT int close_range(unsigned int lo, unsigned int hi, int flags)
 {
     int (*real)(unsigned int, unsigned int, int) = mrc_real.close_range;
-    if (__builtin_expect((unsigned)our_fd() - lo <= hi - lo, 0) || !real)
+    int f = our_fd();
+    /* f in [lo, hi] in one unsigned compare; -1 would be taken for ~0U, which the usual
+     * close_range(n, ~0U) covers. */
+    if (__builtin_expect(f >= 0 && (unsigned)f - lo <= hi - lo, 0) || !real)
         return mrc_uffd_close_range(lo, hi, flags);
     return real(lo, hi, flags);
 }

@@ -91,6 +91,23 @@ int mrc_uffd_fd_ours(int f)
     return f >= 0 && fstat(f, &st) == 0 && st.st_ino == fd_ino && st.st_dev == fd_dev;
 }
 
+/* The state, and what follows it: mrc_uffd_watching (the inline checks) and the mremap
+ * step. A watch the step does not know of makes the program's growing or moving mremap
+ * fail: turned on, the step is in place before a watch can be made; turned off, watches
+ * stop first and the step goes last. */
+static void set_state(int s)
+{
+    if (s == MRC_UFFD_ON)
+        __atomic_store_n(&mrc_monitor.before_mremap, mrc_uffd_before_mremap, __ATOMIC_RELEASE);
+    else
+        __atomic_store_n(&mrc_uffd_watching, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&mrc_uffd_state, s, __ATOMIC_RELEASE);
+    if (s == MRC_UFFD_ON)
+        __atomic_store_n(&mrc_uffd_watching, 1, __ATOMIC_RELEASE);
+    else
+        __atomic_store_n(&mrc_monitor.before_mremap, NULL, __ATOMIC_RELEASE);
+}
+
 static int others_watch(void)
 {
     return mrc_monitor.preload || __atomic_load_n(&mrc_monitor.patched, __ATOMIC_RELAXED);
@@ -100,9 +117,7 @@ void mrc_uffd_lose(const char *why)
 {
     if (__atomic_exchange_n(&mrc_uffd_fd, -1, __ATOMIC_ACQ_REL) < 0)
         return;
-    __atomic_store_n(&mrc_uffd_watching, 0, __ATOMIC_RELEASE);
-    __atomic_store_n(&mrc_uffd_state, MRC_UFFD_OFF, __ATOMIC_RELEASE);
-    __atomic_store_n(&mrc_monitor.before_mremap, NULL, __ATOMIC_RELEASE);
+    set_state(MRC_UFFD_OFF);
     if (others_watch()) {
         mrc_log(loud ? MRC_LOG_WARN : MRC_LOG_INFO,
                 "uffd: %s; source off: raw unmap system calls on registered memory are no longer seen", why);
@@ -326,9 +341,7 @@ static int handle(int ufd, const struct uffd_msg *m)
  * reader. */
 static void retire(void)
 {
-    __atomic_store_n(&mrc_uffd_watching, 0, __ATOMIC_RELEASE);
-    __atomic_store_n(&mrc_uffd_state, MRC_UFFD_OFF, __ATOMIC_RELEASE);
-    __atomic_store_n(&mrc_monitor.before_mremap, NULL, __ATOMIC_RELEASE);
+    set_state(MRC_UFFD_OFF);
     pthread_mutex_lock(&mrc_uffd_lock);
     int f = __atomic_exchange_n(&mrc_uffd_fd, -1, __ATOMIC_ACQ_REL);
     if (f >= 0 && mrc_uffd_fd_ours(f))
@@ -537,13 +550,8 @@ int mrc_uffd_start(void)
     if (s != MRC_UFFD_UNSTARTED)
         return s == MRC_UFFD_ON;
     pthread_mutex_lock(&start_lock);
-    if (mrc_uffd_state == MRC_UFFD_UNSTARTED) {
-        int on = start_locked();
-        if (on)
-            __atomic_store_n(&mrc_monitor.before_mremap, mrc_uffd_before_mremap, __ATOMIC_RELEASE);
-        __atomic_store_n(&mrc_uffd_state, on ? MRC_UFFD_ON : MRC_UFFD_OFF, __ATOMIC_RELEASE);
-        __atomic_store_n(&mrc_uffd_watching, on, __ATOMIC_RELEASE);
-    }
+    if (mrc_uffd_state == MRC_UFFD_UNSTARTED)
+        set_state(start_locked() ? MRC_UFFD_ON : MRC_UFFD_OFF);
     s = mrc_uffd_state;
     pthread_mutex_unlock(&start_lock);
     return s == MRC_UFFD_ON;
@@ -565,8 +573,5 @@ void mrc_uffd_child_reset(void)
     pthread_mutex_init(&start_lock, NULL);
     pthread_mutex_init(&mrc_uffd_lock, NULL);
     mrc_uffd_watch_reset();
-    mrc_monitor.before_mremap = NULL;
-    if (mrc_uffd_state == MRC_UFFD_ON)
-        mrc_uffd_state = MRC_UFFD_UNSTARTED;
-    mrc_uffd_watching = 0;
+    set_state(mrc_uffd_state == MRC_UFFD_ON ? MRC_UFFD_UNSTARTED : mrc_uffd_state);
 }

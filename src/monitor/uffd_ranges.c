@@ -5,21 +5,19 @@
  * whole runs. Each call costs O((runs it touches + 1) * log runs). */
 #include <errno.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "monitor/uffd_ranges.h"
-#include "util/rawmem.h"
 
 struct mrc_uffd_node {
     uint64_t start, end;
     uint32_t count;
     uint32_t reg;                 /* our registration is believed to be on these pages */
     uint32_t prio;
-    struct mrc_uffd_node *left, *right;   /* left links the spare list */
+    struct mrc_uffd_node *left, *right;
 };
 
 typedef struct mrc_uffd_node node;
-
-#define CHUNK (64u << 10)
 
 static uint32_t next_prio(struct mrc_uffd_ranges *r)
 {
@@ -33,17 +31,12 @@ static uint32_t next_prio(struct mrc_uffd_ranges *r)
 
 static node *node_new(struct mrc_uffd_ranges *r, uint64_t start, uint64_t end, uint32_t count, uint32_t reg)
 {
-    if (!r->spare) {
-        node *c = mrc_raw_map(CHUNK, 0);
-        if (!c)
-            return NULL;
-        for (size_t i = 0; i < CHUNK / sizeof(node); i++) {
-            c[i].left = r->spare;
-            r->spare = &c[i];
-        }
-    }
-    node *n = r->spare;
-    r->spare = n->left;
+    /* A zeroed map is an empty one: its pool is made at the first node. */
+    if (!r->pool.obj_size)
+        mrc_pool_init(&r->pool, sizeof(node), 0);
+    node *n = mrc_pool_get(&r->pool);
+    if (!n)
+        return NULL;
     *n = (node){ start, end, count, reg, next_prio(r), NULL, NULL };
     return n;
 }
@@ -87,10 +80,8 @@ static void erase(struct mrc_uffd_ranges *r, uint64_t start)
     node *lo, *mid, *hi;
     split(r->root, start, &lo, &mid);
     split(mid, start + 1, &mid, &hi);
-    if (mid) {
-        mid->left = r->spare;
-        r->spare = mid;
-    }
+    if (mid)
+        mrc_pool_put(&r->pool, mid);
     r->root = merge(lo, hi);
 }
 
@@ -297,7 +288,9 @@ int mrc_uffd_ranges_used(const struct mrc_uffd_ranges *r, uint64_t start, uint64
 
 void mrc_uffd_ranges_reset(struct mrc_uffd_ranges *r)
 {
+    /* The nodes stay behind in the old pool, whose lock and free list another thread of
+     * the parent may have been changing: a new pool is made at the next node. */
     r->root = NULL;
-    r->spare = NULL;
+    memset(&r->pool, 0, sizeof(r->pool));
     r->broken = 0;
 }

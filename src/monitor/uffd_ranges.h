@@ -3,17 +3,20 @@
  * (ranges overlap: merged, nested and concurrent registrations share pages). Kept as
  * disjoint runs of pages, each with its count and whether our registration is believed
  * to be on it. Not thread-safe: the caller serialises every call. Never allocates
- * through malloc (nodes come from raw mappings, never returned). */
+ * through malloc (nodes come from a pool of raw mappings, never returned); a zeroed
+ * struct is an empty map. */
 #ifndef MRC_UFFD_RANGES_H
 #define MRC_UFFD_RANGES_H
 
 #include <stdint.h>
 
+#include "util/pool.h"
+
 struct mrc_uffd_node;
 
 struct mrc_uffd_ranges {
     struct mrc_uffd_node *root;   /* runs by start address */
-    struct mrc_uffd_node *spare;  /* free nodes */
+    struct mrc_pool pool;         /* the nodes; obj_size 0 until the first */
     uint32_t seed;
     /* A node could not be had: counts are no longer kept, nothing is ever reported as
      * unneeded again (watches then stay, which costs events, never correctness). */

@@ -40,7 +40,9 @@ static unsigned norphans;
  * reach half of vm.max_map_count through our splits, never more, so that its own mmaps
  * never fail because of us. The estimate grows by two per registration and shrinks by
  * two per range given back; past the limit the maps are counted again, once per 1024
- * refusals. */
+ * refusals. Plain numbers: touched only under mrc_uffd_lock, but at start (before the
+ * descriptor is published, which anything else that touches them waits for) and in a
+ * forked child. */
 static long map_limit;
 static long map_estimate;
 static unsigned long map_refusals;
@@ -59,10 +61,35 @@ static int unregister_raw(int f, uint64_t start, uint64_t end)
     return syscall(SYS_ioctl, f, UFFDIO_UNREGISTER, &r) == 0 ? 0 : errno;
 }
 
+/* Under the lock: our descriptor, checked, or -1 (then lost). */
+static int current_fd(void)
+{
+    int f = __atomic_load_n(&mrc_uffd_fd, __ATOMIC_ACQUIRE);
+    if (f < 0)
+        return -1;
+    if (!mrc_uffd_fd_ours(f)) {
+        mrc_uffd_lose("its descriptor was closed or replaced by a call libmrcache does not see");
+        return -1;
+    }
+    return f;
+}
+
+#define FD_UNCHECKED (-2)
+
 struct unreg {
-    int fd;
+    int fd;         /* FD_UNCHECKED: current_fd() at the first ioctl */
     int tries;
 };
+
+/* Under the lock: the descriptor u's ioctls use, or -1. Called from inside a walk of the
+ * counts: a loss found here changes none of them (mrc_uffd_lose clears
+ * mrc_uffd_watching before anything it calls could come back to them). */
+static int unreg_fd(struct unreg *u)
+{
+    if (u->fd == FD_UNCHECKED)
+        u->fd = current_fd();
+    return u->fd;
+}
 
 /* Our registration leaves [start, end), which no live registration needs. The kernel
  * refuses (EINVAL) a range holding a mapping it cannot watch (a file mapped there since,
@@ -72,11 +99,11 @@ struct unreg {
  * which costs an event per unmap and nothing else. */
 static void unregister_run(struct unreg *u, uint64_t start, uint64_t end)
 {
-    if (u->tries-- <= 0)
+    if (unreg_fd(u) < 0 || u->tries-- <= 0)
         return;
     int err = unregister_raw(u->fd, start, end);
-    if (!err && __atomic_sub_fetch(&map_estimate, 2, __ATOMIC_RELAXED) < 0)
-        __atomic_store_n(&map_estimate, 0, __ATOMIC_RELAXED);
+    if (!err && (map_estimate -= 2) < 0)
+        map_estimate = 0;
     if (err != EINVAL)
         return;
     uint64_t hs = start & ~(HUGE_2M - 1), he = (end + HUGE_2M - 1) & ~(HUGE_2M - 1);
@@ -103,19 +130,6 @@ static void settle_orphans(struct unreg *u)
     for (unsigned i = 0; i < norphans; i++)
         mrc_uffd_ranges_adopt(&ranges, orphans[i].start, orphans[i].end, unregister_fn, u);
     norphans = 0;
-}
-
-/* Under the lock: our descriptor, checked, or -1 (then lost). */
-static int current_fd(void)
-{
-    int f = __atomic_load_n(&mrc_uffd_fd, __ATOMIC_ACQUIRE);
-    if (f < 0)
-        return -1;
-    if (!mrc_uffd_fd_ours(f)) {
-        mrc_uffd_lose("its descriptor was closed or replaced by a call libmrcache does not see");
-        return -1;
-    }
-    return f;
 }
 
 /* [addr, addr+len) widened to whole pages; 0 for an empty range. */
@@ -145,17 +159,18 @@ static long count_maps(void)
     return n < 0 ? -1 : lines;
 }
 
+/* Under the lock. */
 static int budget_take(void)
 {
-    if (__atomic_add_fetch(&map_estimate, 2, __ATOMIC_RELAXED) <= map_limit)
+    if ((map_estimate += 2) <= map_limit)
         return 1;
-    __atomic_sub_fetch(&map_estimate, 2, __ATOMIC_RELAXED);
-    if (__atomic_fetch_add(&map_refusals, 1, __ATOMIC_RELAXED) % 1024 != 0)
+    map_estimate -= 2;
+    if (map_refusals++ % 1024 != 0)
         return 0;
     long n = count_maps();
     if (n < 0)
         return 0;
-    __atomic_store_n(&map_estimate, n + 2, __ATOMIC_RELAXED);
+    map_estimate = n + 2;
     return n + 2 <= map_limit;
 }
 
@@ -185,7 +200,7 @@ void mrc_uffd_watch_init(void)
 void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
 {
     uint64_t start, end;
-    if (__atomic_load_n(&mrc_uffd_state, __ATOMIC_ACQUIRE) != MRC_UFFD_ON || !page_span(addr, len, &start, &end))
+    if (!page_span(addr, len, &start, &end))
         return;
     int saved = errno, err = 0;
     pthread_mutex_lock(&mrc_uffd_lock);
@@ -197,7 +212,7 @@ void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
         if (err == EINVAL && ((start | end) & (HUGE_2M - 1)) && end <= ~(HUGE_2M - 1))
             err = mrc_uffd_register_raw(u.fd, start & ~(HUGE_2M - 1), (end + HUGE_2M - 1) & ~(HUGE_2M - 1));
         if (err && err != ENOSPC)
-            __atomic_sub_fetch(&map_estimate, 2, __ATOMIC_RELAXED);   /* nothing was split */
+            map_estimate -= 2;   /* nothing was split */
         mrc_uffd_ranges_add(&ranges, start, end, err == 0);
     }
     pthread_mutex_unlock(&mrc_uffd_lock);
@@ -209,12 +224,16 @@ void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
 void mrc_uffd_unwatch_slow(uint64_t addr, uint64_t len)
 {
     uint64_t start, end;
-    if (__atomic_load_n(&mrc_uffd_state, __ATOMIC_ACQUIRE) != MRC_UFFD_ON || !page_span(addr, len, &start, &end))
+    if (!page_span(addr, len, &start, &end))
         return;
     int saved = errno;
     pthread_mutex_lock(&mrc_uffd_lock);
-    struct unreg u = { current_fd(), UNREG_TRIES };
-    if (u.fd >= 0) {
+    /* The descriptor is checked (an fstat) only once a page is to leave our
+     * registration: pages other registrations still need, or that were never watched,
+     * make no ioctl. Counts changed before a loss is found there no longer matter: a
+     * lost source never comes back on. */
+    struct unreg u = { FD_UNCHECKED, UNREG_TRIES };
+    if (__atomic_load_n(&mrc_uffd_fd, __ATOMIC_ACQUIRE) >= 0) {
         settle_orphans(&u);
         mrc_uffd_ranges_sub(&ranges, start, end, unregister_fn, &u);
     }
@@ -277,13 +296,18 @@ void mrc_uffd_before_mremap(void *old, size_t old_size, size_t new_size, int fla
      * need the source to be one mapping (EFAULT otherwise), and a move would take our
      * registration along to the new address. */
     if ((new_size <= old_size && !(flags & (MREMAP_FIXED | MREMAP_DONTUNMAP))) ||
-        !__atomic_load_n(&mrc_uffd_watching, __ATOMIC_ACQUIRE) || !page_span((uintptr_t)old, old_size, &start, &end))
+        !page_span((uintptr_t)old, old_size, &start, &end))
         return;
     int saved = errno, needed = 0;
     pthread_mutex_lock(&mrc_uffd_lock);
-    struct unreg u = { current_fd(), UNREG_TRIES };
-    if (u.fd >= 0)
-        needed = step_aside(&u, start, end);
+    /* Most mremaps touch nothing of ours (glibc's realloc of a large chunk grows one):
+     * with no page counted and no orphan to settle, step_aside would make no ioctl, so
+     * the descriptor's fstat is not worth paying either. */
+    if (norphans || mrc_uffd_ranges_used(&ranges, start, end)) {
+        struct unreg u = { current_fd(), UNREG_TRIES };
+        if (u.fd >= 0)
+            needed = step_aside(&u, start, end);
+    }
     pthread_mutex_unlock(&mrc_uffd_lock);
     /* A move invalidates the old range anyway; growing in place would keep entries
      * whose pages are no longer watched. */
