@@ -926,6 +926,15 @@ static int vma_line(const char *line, void *arg)
     return 1;
 }
 
+int mrc_maps_read_vma_text(uint64_t addr, struct mrc_vma *v)
+{
+    int saved = errno;
+    struct vma_find f = { addr, v, 0 };
+    read_lines("/proc/self/maps", vma_line, &f);
+    errno = saved;
+    return f.found ? 0 : -1;
+}
+
 int mrc_maps_read_vma(uint64_t addr, struct mrc_vma *v)
 {
     int saved = errno, rc = -1;
@@ -934,11 +943,8 @@ int mrc_maps_read_vma(uint64_t addr, struct mrc_vma *v)
         rc = query_vma(fd, addr, v);
         close(fd);
     }
-    if (rc != 0 && errno != ENOENT) {   /* ENOENT: the kernel's answer, nothing there */
-        struct vma_find f = { addr, v, 0 };
-        read_lines("/proc/self/maps", vma_line, &f);
-        rc = f.found ? 0 : -1;
-    }
+    if (rc != 0 && errno != ENOENT)   /* ENOENT: the kernel's answer, nothing there */
+        rc = mrc_maps_read_vma_text(addr, v);
     errno = saved;
     return rc;
 }

@@ -112,5 +112,8 @@ struct mrc_vma {
  * /proc/self/maps): 0 and *v, or -1 where nothing is mapped or neither answers. Not from
  * a hook: it opens a file. Keeps errno. */
 int mrc_maps_read_vma(uint64_t addr, struct mrc_vma *v);
+/* The same answer from /proc/self/maps alone: what mrc_maps_read_vma falls back on where
+ * the kernel lacks PROCMAP_QUERY. */
+int mrc_maps_read_vma_text(uint64_t addr, struct mrc_vma *v);
 
 #endif

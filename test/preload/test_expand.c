@@ -176,6 +176,28 @@ static void test_refused_expansion_falls_back(void)
     area_close(&ar, &a, 1);
 }
 
+/* A guard region (MADV_GUARD_INSTALL, Linux 6.13) splits no mapping: the window over it
+ * cannot be pinned, so the NIC refuses the wider registration and the request's own
+ * page is registered. */
+#define GUARD_INSTALL 102
+static void test_guard_region_in_the_window(void)
+{
+    struct area ar;
+    char *buf = area_open(&ar, WINDOW);
+    if (!buf)
+        return;
+    if (madvise(buf + 512 * KIB, PIECE, GUARD_INSTALL) != 0) {
+        check_skipf("MADV_GUARD_INSTALL: %s (Linux 6.13+)", strerror(errno));
+        area_close(&ar, NULL, 0);
+        return;
+    }
+    uint64_t p0 = pinned();
+    struct ibv_mr *a = reg(buf + 64 * KIB, PIECE, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(a && write_visible(a, buf + 64 * KIB, PIECE, 13));
+    CHECKF(pinned() - p0 == PIECE, "pinned %llu", (unsigned long long)(pinned() - p0));
+    area_close(&ar, &a, 1);
+}
+
 /* Part of an expanded range unmapped and mapped again, with one piece of it held and
  * another idle: registrations made after it write into the new pages, and the held
  * handle keeps writing into its own, still mapped. Under MRCACHE_MONITOR=none the
@@ -277,6 +299,7 @@ int main(void)
         RUN(test_bounded_by_the_mapping);
         RUN(test_remote_rights_stay_exact);
         RUN(test_refused_expansion_falls_back);
+        RUN(test_guard_region_in_the_window);
         RUN(test_fresh_malloc_buffers);
     }
     RUN(test_remap_part_of_expanded_range);
