@@ -9,6 +9,7 @@
 
 #include "monitor/maps.h"
 #include "runtime/state.h"
+#include "util/log.h"
 
 static uint64_t window, base_page;
 
@@ -16,9 +17,13 @@ uint64_t mrc_rt_expand_init(uint64_t w, uint64_t max_bytes, uint64_t page_size)
 {
     /* A quarter of the byte limit: one expanded registration then never crowds the
      * program's own out of RLIMIT_MEMLOCK (what the limit defaults to). */
+    uint64_t asked = w;
     while (w && w > max_bytes / 4)
         w >>= 1;
     window = w >= 2 * page_size ? w : 0;
+    if (window != asked)
+        MRC_INFO("MRCACHE_EXPAND: a window of %llu bytes (a quarter of MRCACHE_MAX_BYTES at most)",
+                 (unsigned long long)window);
     base_page = page_size;
     return window;
 }
