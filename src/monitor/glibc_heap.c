@@ -83,6 +83,31 @@ static size_t *hdr(uintptr_t chunk) { return (size_t *)chunk; }
 static size_t fsize(uintptr_t chunk) { return hdr(chunk)[1]; }
 static size_t csize(uintptr_t chunk) { return hdr(chunk)[1] & ~(size_t)SIZE_BITS; }
 
+#define CHUNK_WALK 64               /* chunks one mapping's walk may read */
+
+int mrc_glibc_mmapped_chunk(uint64_t start, uint64_t end, uint64_t addr, uint64_t *cs, uint64_t *ce)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (!mrc_real_alloc_is_glibc || pg <= 0)
+        return 0;
+    /* An mmapped chunk from malloc starts its mapping: prev_size 0 (memalign's offset
+     * chunks, which do not, are left to the mapping's bounds), then its size, a multiple
+     * of the page, with IS_MMAPPED. The next mapping, if the kernel joined one, follows. */
+    uint64_t c = start;
+    for (int i = 0; i < CHUNK_WALK && c + 2 * SZ <= end; i++) {
+        size_t f = fsize((uintptr_t)c), sz = f & ~(size_t)SIZE_BITS;
+        if (hdr((uintptr_t)c)[0] || !(f & IS_MMAPPED) || !sz || sz % (size_t)pg || sz > end - c)
+            return 0;
+        if (addr < c + sz) {
+            *cs = c;
+            *ce = c + sz;
+            return 1;
+        }
+        c += sz;
+    }
+    return 0;
+}
+
 struct release {
     uint64_t lo, hi;                  /* [lo, hi): what the call may unmap */
     uint64_t lo2, hi2;                /* a second range (a thread heap's predecessor) */

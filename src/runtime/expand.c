@@ -2,11 +2,13 @@
  * seeds' pool tiers, for programs that register pieces or fresh buffers), so that the
  * allocation's later pieces hit. Invariants: the wider range contains the miss's; what
  * it adds lies in the aligned window around the request and in the request's own
- * mapping, which the kernel reports as private anonymous memory of the base page that
- * the registration's access can pin (readable; writable for a writable registration);
- * asked on misses only, never in a hook (it asks the kernel with a system call). */
+ * mapping (its malloc chunk, for one glibc mapped on its own), which the kernel reports
+ * as private anonymous memory of the base page that the registration's access can pin
+ * (readable; writable for a writable registration); asked on misses only, never in a
+ * hook (it asks the kernel with a system call). */
 #include <infiniband/verbs.h>
 
+#include "monitor/glibc_heap.h"
 #include "monitor/maps.h"
 #include "runtime/state.h"
 #include "util/log.h"
@@ -33,7 +35,16 @@ int mrc_rt_expand(void *arg, uint32_t access, uint64_t qf, uint64_t ql, uint64_t
     (void)arg;
     struct mrc_vma v;
     if (mrc_maps_read_vma(qf, &v) || v.shared || v.page_size != base_page || !v.readable ||
-        ((access & IBV_ACCESS_LOCAL_WRITE) && !v.writable) || ql >= v.end)
+        ((access & IBV_ACCESS_LOCAL_WRITE) && !v.writable))
+        return 0;
+    /* A malloc'd chunk glibc mapped on its own is the allocation: the kernel may have
+     * joined its mapping with a neighbour's, which the program frees apart. */
+    uint64_t cs, ce;
+    if (mrc_glibc_mmapped_chunk(v.start, v.end, qf, &cs, &ce)) {
+        v.start = cs;
+        v.end = ce;
+    }
+    if (ql >= v.end)
         return 0;
     /* The window around the request, not around the merged range (which may already
      * reach past it): the part of the request's mapping inside it joins the range. */

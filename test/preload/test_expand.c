@@ -123,6 +123,49 @@ static void test_bounded_by_the_mapping(void)
     munmap(area, 66 * KIB + WINDOW);
 }
 
+/* Two 4 MiB malloc'd buffers, each a mapping glibc made on its own, that the kernel
+ * joined into one: a piece next to their boundary registers the part of its window in
+ * its own chunk only, and freeing the other buffer (its munmap) leaves that registration
+ * cached. Needs glibc's malloc, and the two mappings side by side. */
+static void test_bounded_by_the_malloc_chunk(void)
+{
+    enum { LEN = 4 << 20 };
+    if (dlsym(RTLD_DEFAULT, "__asan_init")) {
+        SKIP_TEST("malloc is the sanitizer's: no glibc chunks");
+        return;
+    }
+    char *a = malloc(LEN), *b = malloc(LEN);
+    CHECK(a && b);
+    if (!a || !b)
+        return;
+    /* glibc maps downwards: b's chunk ends where a's begins (each a page of header). */
+    char *b_end = b + LEN, *a_chunk = a - 16;
+    if ((uintptr_t)a_chunk % (uintptr_t)sysconf(_SC_PAGESIZE) || b_end + 16 + 4096 < a_chunk ||
+        (uintptr_t)a_chunk / WINDOW * WINDOW == (uintptr_t)a_chunk) {
+        check_skipf("chunks not side by side across a window (%p, %p)", (void *)a, (void *)b);
+        free(a);
+        free(b);
+        return;
+    }
+    memset(a, 1, LEN);
+    memset(b, 2, LEN);
+    /* The last page of b before the boundary: its window reaches into a's chunk. */
+    char *piece = (char *)(((uintptr_t)a_chunk - PIECE) & ~(uintptr_t)(PIECE - 1));
+    uint64_t p0 = pinned(), r0 = nic_regs();
+    struct ibv_mr *m = reg(piece, PIECE, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(m && write_visible(m, piece, PIECE, 14));
+    uint64_t grew = pinned() - p0, want = expand_on ? (uintptr_t)a_chunk - (uintptr_t)a_chunk / WINDOW * WINDOW : PIECE;
+    CHECKF(grew == want, "pinned %llu, expected %llu", (unsigned long long)grew, (unsigned long long)want);
+    if (m)
+        ibv_dereg_mr(m);
+    free(a);   /* munmap of a's chunk */
+    struct ibv_mr *m2 = reg(piece - 8 * PIECE, PIECE, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(m2 && write_visible(m2, piece - 8 * PIECE, PIECE, 15));
+    CHECKF(nic_regs() - r0 == (expand_on ? 1u : 2u), "%llu registrations", (unsigned long long)(nic_regs() - r0));
+    area_close(NULL, &m2, 1);
+    free(b);
+}
+
 /* Remote rights keep the caller's exact range: only the requested bytes are pinned, a
  * neighbouring piece is a registration of its own, and the rkey reaches nothing past the
  * range (the software NIC refuses an address outside the MR with EINVAL). */
@@ -297,6 +340,7 @@ int main(void)
     if (!expect_stale) {
         RUN(test_pieces_in_random_order);
         RUN(test_bounded_by_the_mapping);
+        RUN(test_bounded_by_the_malloc_chunk);
         RUN(test_remote_rights_stay_exact);
         RUN(test_refused_expansion_falls_back);
         RUN(test_guard_region_in_the_window);
