@@ -767,6 +767,25 @@ MRC_HOT static struct mrc_entry *entry_alloc(struct mrc_cache *c, struct mrc_thr
     return t->spare[t->spare_next++];
 }
 
+/* A miss's range widened by the expand hook, registered once: 0 and [*rf, *rl] widened,
+ * or -1 (the hook left it, or the back-end refused the wider range: the miss then
+ * registers its own, evicting for it if need be, as it would unasked). */
+static int reg_expanded(struct mrc_cache *c, void *domain, uint32_t access, uint64_t qf, uint64_t ql, uint64_t *rf,
+                        uint64_t *rl, void **reg)
+{
+    uint64_t f = *rf, l = *rl;
+    if (!c->p.expand(c->p.expand_arg, access, qf, ql, &f, &l) || f > *rf || l < *rl || (f == *rf && l == *rl))
+        return -1;
+    if (backend_reg(c, domain, f, l, 0, access, reg)) {
+        mrc_stat_add(MRC_STAT_EXPAND_REFUSED, 1);
+        return -1;
+    }
+    mrc_stat_add(MRC_STAT_EXPANDED, 1);
+    *rf = f;
+    *rl = l;
+    return 0;
+}
+
 /* A registration handed to one caller and deregistered at its release. */
 static int get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
                        int64_t iova_off, uint32_t access, struct mrc_entry **out)
@@ -861,7 +880,8 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
     }
 
     void *reg;
-    int rc = reg_retry(c, domain, rf, rl, iova_off, access, &reg);
+    int expanded = merge && c->p.expand && reg_expanded(c, domain, access, qf, ql, &rf, &rl, &reg) == 0;
+    int rc = expanded ? 0 : reg_retry(c, domain, rf, rl, iova_off, access, &reg);
     if (rc && (rf != qf || rl != ql)) {
         /* The merged union did not fit: register just the request. */
         rf = qf;
@@ -893,10 +913,11 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
         *out = e;
         return 0;
     }
-    if (merge && (kin || c->reg_made != made0 + 1)) {
+    if (merge && (kin || expanded || c->reg_made != made0 + 1)) {
         /* Entries inside the union are superseded. Only an entry of the key that the
-         * lookup saw, or one registered since (counted in reg_made, like ours), can lie
-         * inside it: a miss with neither walks the tree once, not twice. */
+         * lookup saw, one registered since (counted in reg_made, like ours), or one in
+         * the range an expansion added can lie inside it: a miss with none of these
+         * walks the tree once, not twice. */
         struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, rf, rl);
         while (n) {
             struct mrc_itree_node *next = mrc_itree_iter_next(n, rf, rl);

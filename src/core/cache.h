@@ -58,6 +58,14 @@ struct mrc_cache_params {
     const uint32_t *admit_armed;
     int (*admit)(void *arg, uint64_t first, uint64_t last);
     void *admit_arg;
+    /* Optional (NULL: never): asked by a local-only miss at iova == addr for its request
+     * [qf, ql] (rounded to pages), before it registers [*first, *last] (that request
+     * merged with its neighbours): a non-zero answer widens the range to what it set,
+     * which must contain the old one. The wider range is registered once, without
+     * evicting anything for it; if the back-end refuses, the miss registers its own range
+     * as if never asked. Called without the cache lock; must not call back into the cache. */
+    int (*expand)(void *arg, uint32_t access, uint64_t qf, uint64_t ql, uint64_t *first, uint64_t *last);
+    void *expand_arg;
 };
 
 /* Entry flags. */

@@ -8,6 +8,7 @@
  * setting is unknown (mallopt, environment), assumes threshold and pad 0 (invalidates
  * more, never less); after the call the main heap's end is checked again, and anything
  * released beyond the prediction is invalidated then (counted, logged once). */
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -22,6 +23,7 @@
 #include "util/real.h"
 
 /* glibc's own, for calls that arrive before the next allocator is known. */
+extern void *__libc_malloc(size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
 extern void *__libc_valloc(size_t);
@@ -82,6 +84,45 @@ int mrc_glibc_heap_init(void)
 static size_t *hdr(uintptr_t chunk) { return (size_t *)chunk; }
 static size_t fsize(uintptr_t chunk) { return hdr(chunk)[1]; }
 static size_t csize(uintptr_t chunk) { return hdr(chunk)[1] & ~(size_t)SIZE_BITS; }
+
+#define CHUNK_WALK 64               /* chunks one mapping's walk may read */
+
+/* Whether the program's malloc is glibc's: the next allocator after us may be, with
+ * another ahead of us (a sanitizer's, preloaded first), whose memory is not glibc's
+ * chunks and may not even be read. Asked once, outside any hook (dlsym may allocate). */
+static int program_malloc_is_glibc(void)
+{
+    static int known;   /* 0 not yet asked, 1 glibc's, 2 another's */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (!k) {
+        k = mrc_real_alloc_is_glibc && dlsym(RTLD_DEFAULT, "malloc") == (void *)__libc_malloc ? 1 : 2;
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    }
+    return k == 1;
+}
+
+int mrc_glibc_mmapped_chunk(uint64_t start, uint64_t end, uint64_t addr, uint64_t *cs, uint64_t *ce)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || !program_malloc_is_glibc())
+        return 0;
+    /* An mmapped chunk from malloc starts its mapping: prev_size 0 (memalign's offset
+     * chunks, which do not, are left to the mapping's bounds), then its size, a multiple
+     * of the page, with IS_MMAPPED. The next mapping, if the kernel joined one, follows. */
+    uint64_t c = start;
+    for (int i = 0; i < CHUNK_WALK && c + 2 * SZ <= end; i++) {
+        size_t f = fsize((uintptr_t)c), sz = f & ~(size_t)SIZE_BITS;
+        if (hdr((uintptr_t)c)[0] || !(f & IS_MMAPPED) || !sz || sz % (size_t)pg || sz > end - c)
+            return 0;
+        if (addr < c + sz) {
+            *cs = c;
+            *ce = c + sz;
+            return 1;
+        }
+        c += sz;
+    }
+    return 0;
+}
 
 struct release {
     uint64_t lo, hi;                  /* [lo, hi): what the call may unmap */

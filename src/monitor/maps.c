@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -870,4 +871,80 @@ int mrc_maps_read_sysv(uint64_t addr, uint64_t *end, uint64_t *id, uint32_t *pag
     *id = f.id;
     *page_shift = f.shift;
     return 1;
+}
+
+/* ---- the mapping holding an address, asked of the kernel ---- */
+
+/* PROCMAP_QUERY (Linux 6.11) answers for one address without formatting every line of
+ * /proc/self/maps; its ABI, for headers that predate it. */
+struct procmap_query {
+    uint64_t size, query_flags, query_addr;
+    uint64_t vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+    uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+    uint64_t vma_name_addr, build_id_addr;
+};
+#define PROCMAP_QUERY _IOWR('f', 17, struct procmap_query)
+#define PROCMAP_READABLE 0x1u
+#define PROCMAP_WRITABLE 0x2u
+#define PROCMAP_SHARED 0x8u
+
+static int query_vma(int fd, uint64_t addr, struct mrc_vma *v)
+{
+    struct procmap_query q = { .size = sizeof(q), .query_addr = addr };
+    if (syscall(SYS_ioctl, fd, PROCMAP_QUERY, &q) != 0)
+        return -1;
+    v->start = q.vma_start;
+    v->end = q.vma_end;
+    v->page_size = q.vma_page_size;
+    v->readable = !!(q.vma_flags & PROCMAP_READABLE);
+    v->writable = !!(q.vma_flags & PROCMAP_WRITABLE);
+    v->shared = (q.vma_flags & PROCMAP_SHARED) || q.inode || q.dev_major || q.dev_minor;
+    return 0;
+}
+
+struct vma_find {
+    uint64_t addr;
+    struct mrc_vma *v;
+    int found;
+};
+
+static int vma_line(const char *line, void *arg)
+{
+    struct vma_find *f = arg;
+    struct mline l;
+    if (parse_mline(line, &l) || f->addr < l.start || f->addr >= l.end)
+        return 0;
+    struct mrc_vma *v = f->v;
+    v->start = l.start;
+    v->end = l.end;
+    uint32_t shift = huge_shift_of_dev(l.dev);
+    v->page_size = shift ? UINT64_C(1) << shift : (uint64_t)sysconf(_SC_PAGESIZE);
+    v->readable = l.perms[0] == 'r';
+    v->writable = l.perms[1] == 'w';
+    v->shared = l.perms[3] == 's' || l.ino || l.dev;
+    f->found = 1;
+    return 1;
+}
+
+int mrc_maps_read_vma_text(uint64_t addr, struct mrc_vma *v)
+{
+    int saved = errno;
+    struct vma_find f = { addr, v, 0 };
+    read_lines("/proc/self/maps", vma_line, &f);
+    errno = saved;
+    return f.found ? 0 : -1;
+}
+
+int mrc_maps_read_vma(uint64_t addr, struct mrc_vma *v)
+{
+    int saved = errno, rc = -1;
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        rc = query_vma(fd, addr, v);
+        close(fd);
+    }
+    if (rc != 0 && errno != ENOENT)   /* ENOENT: the kernel's answer, nothing there */
+        rc = mrc_maps_read_vma_text(addr, v);
+    errno = saved;
+    return rc;
 }

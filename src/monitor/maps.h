@@ -100,4 +100,20 @@ uint32_t mrc_maps_huge_shift_max(void);
  * see made): 1 and its end, id and page shift, or 0. */
 int mrc_maps_read_sysv(uint64_t addr, uint64_t *end, uint64_t *id, uint32_t *page_shift);
 
+/* The kernel's mapping (VMA) holding an address, as the kernel has it now. */
+struct mrc_vma {
+    uint64_t start, end;
+    uint64_t page_size;       /* the mapping's page size (hugetlb: its huge page) */
+    uint32_t readable, writable;
+    uint32_t shared;          /* VM_SHARED, or memory a file or shmem backs: not private anonymous */
+};
+
+/* Asks the kernel which mapping holds addr (PROCMAP_QUERY, else a read of
+ * /proc/self/maps): 0 and *v, or -1 where nothing is mapped or neither answers. Not from
+ * a hook: it opens a file. Keeps errno. */
+int mrc_maps_read_vma(uint64_t addr, struct mrc_vma *v);
+/* The same answer from /proc/self/maps alone: what mrc_maps_read_vma falls back on where
+ * the kernel lacks PROCMAP_QUERY. */
+int mrc_maps_read_vma_text(uint64_t addr, struct mrc_vma *v);
+
 #endif

@@ -194,6 +194,8 @@ void mrc_init(void)
         .admit_armed = &mrc_maps.interest,
         .admit = mrc_rt_admit,
     };
+    if (mrc_rt_expand_init(mrc_rt.cfg.expand, max_bytes, p.page_size))
+        p.expand = mrc_rt_expand;
     mrc_cache_init(&mrc_rt.cache, &p);
     struct mrc_verbs_params vp = {
         .cache = &mrc_rt.cache,

@@ -204,6 +204,20 @@ static int parse_fork(const char *s, void *f)
     return parse_u64(s, f);
 }
 
+/* MRCACHE_EXPAND: off (or 0), or the window as a power of two of at least 8K. */
+static int parse_expand(const char *s, void *f)
+{
+    uint64_t v;
+    if (!strcasecmp(s, "off") || !strcmp(s, "0")) {
+        *(uint64_t *)f = 0;
+        return 0;
+    }
+    if (parse_u64(s, &v) || v < 8192 || (v & (v - 1)))
+        return -1;
+    *(uint64_t *)f = v;
+    return 0;
+}
+
 #define ROW(n, d, h, p, field) { n, d, h, p, offsetof(struct mrc_config, field) }
 
 static const struct mrc_config_row rows[] = {
@@ -218,6 +232,8 @@ static const struct mrc_config_row rows[] = {
         parse_remote, remote_policy),
     ROW("MRCACHE_SHARED", "register", "registrations over memory another process can change (MAP_SHARED files, shm, memfd, shared anonymous): register (for their caller alone, not cached) or cache (cached: only if no other process truncates, punches or MADV_REMOVEs it)",
         parse_shared, shared_policy),
+    ROW("MRCACHE_EXPAND", "off", "a local-only registration that misses registers the allocation around it instead: its private anonymous mapping, within the aligned window of this size (a power of two, K/M/G suffixes, at most a quarter of MRCACHE_MAX_BYTES), so that later pieces of it hit; never with remote rights, never across a mapping, its exact range if the wider one fails; off (or 0) registers what is asked",
+        parse_expand, expand),
     ROW("MRCACHE_LOG", "warn", "log level: error, warn, info, debug", parse_log, log_level),
     ROW("MRCACHE_STATS", "auto", "statistics at exit: auto (stderr, if anything was registered), off (or 0, no, false), stderr (or 1, on, yes, true), or a file path where %p is the pid, %h the host, %r the rank (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID), %% a literal %",
         parse_stats, stats),
@@ -258,6 +274,7 @@ static const char *expected(mrc_parse_fn parse)
         { parse_signal, "none or USR1|USR2|HUP..." },
         { parse_fork, "release, keep or a size" },
         { parse_shared, "register or cache" },
+        { parse_expand, "off or a power of two >= 8K" },
     };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
         if (words[i].parse == parse)

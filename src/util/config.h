@@ -17,6 +17,7 @@ struct mrc_config {
     uint64_t max_deferred_bytes;
     int remote_policy;          /* enum mrc_cfg_remote */
     int shared_policy;          /* enum mrc_cfg_shared */
+    uint64_t expand;            /* MRCACHE_EXPAND: the window a local miss may widen to; 0 off */
     int log_level;              /* enum mrc_log_level */
     char stats[256];            /* "auto", "off", "stderr", or a path pattern (%p %h) */
     int stats_format;           /* enum mrc_stats_format */

@@ -128,9 +128,10 @@ static void write_text(struct buf *b, const struct mrc_report *r)
         (unsigned long long)v[MRC_STAT_REQUESTS], (unsigned long long)v[MRC_STAT_HITS],
         (unsigned long long)v[MRC_STAT_MISSES], (unsigned long long)v[MRC_STAT_UNCACHED],
         (unsigned long long)v[MRC_STAT_UNCACHED_SHARED], pct(v[MRC_STAT_HITS], v[MRC_STAT_REQUESTS]));
-    put(b, "  registrations avoided %llu (real: %llu reg, %llu dereg); merges %llu, evictions %llu, enomem retries %llu, failures %llu\n",
+    put(b, "  registrations avoided %llu (real: %llu reg, %llu dereg); merges %llu, expanded %llu (%llu refused), evictions %llu, enomem retries %llu, failures %llu\n",
         (unsigned long long)v[MRC_STAT_HITS], (unsigned long long)v[MRC_STAT_REAL_REGS],
         (unsigned long long)v[MRC_STAT_REAL_DEREGS], (unsigned long long)v[MRC_STAT_MERGES],
+        (unsigned long long)v[MRC_STAT_EXPANDED], (unsigned long long)v[MRC_STAT_EXPAND_REFUSED],
         (unsigned long long)v[MRC_STAT_EVICTIONS], (unsigned long long)v[MRC_STAT_ENOMEM_RETRIES],
         (unsigned long long)v[MRC_STAT_REG_FAILURES]);
     put(b, "  invalidated %llu:", (unsigned long long)v[MRC_STAT_INVALIDATED]);

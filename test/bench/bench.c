@@ -681,12 +681,102 @@ static void w_e2e(size_t len, const char *key)
     free(wire);
 }
 
+/* ---- 9. allocation-sized registrations (MRCACHE_EXPAND) ---- */
+
+/* The key's suffix: which libmrcache configuration the figure is of ("_x" with
+ * MRCACHE_EXPAND on), so that one column can show both. */
+static const char *expand_suffix(void)
+{
+    const char *e = getenv("MRCACHE_EXPAND");
+    return sys_cached && e && strcmp(e, "off") && strcmp(e, "0") ? "_x" : "";
+}
+
+static void put_expand(const char *key, double v)
+{
+    char k[48];
+    snprintf(k, sizeof(k), "%s%s", key, expand_suffix());
+    put(k, v);
+}
+
+/* A program registering 4 KiB pieces of 4 MiB buffers, each piece once, in random order
+ * across the buffers (a fixed seed), releasing each after use; every round's buffers are
+ * fresh (mapped and written before the timing, unmapped after it). Throughput (pieces
+ * per CPU second) and the share of pieces no NIC registration was made for. */
+static void w_pieces(void)
+{
+    enum { NB = 8, R = 3 };
+    const size_t blen = 4 * MIB, per = blen / SMALL, n = NB * per;
+    unsigned *order = malloc(n * sizeof(*order));
+    char *buf[NB];
+    double v[R];
+    uint64_t regs = 0;
+    srand(11);
+    for (int r = 0; r < R; r++) {
+        for (int b = 0; b < NB; b++) {
+            buf[b] = map(blen);
+            memset(buf[b], r + 1, blen);
+        }
+        for (size_t i = 0; i < n; i++)
+            order[i] = (unsigned)i;
+        for (size_t i = n - 1; i > 0; i--) {
+            size_t j = (size_t)rand() % (i + 1);
+            unsigned t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        uint64_t r0 = nic_regs(), c0 = cpu_ns();
+        for (size_t i = 0; i < n; i++)
+            sys_dereg(sys_reg(buf[order[i] / per] + (order[i] % per) * SMALL, SMALL));
+        v[r] = (double)n * 1e9 / (double)(cpu_ns() - c0);
+        regs += nic_regs() - r0;
+        for (int b = 0; b < NB; b++)
+            sys_unmap(buf[b], blen);
+    }
+    if (!sys_cached)
+        check_nic(nic_regs() - regs, (uint64_t)R * n, "piecewise loop");
+    free(order);
+    put_expand("pieces", median(v, R));
+    put_expand("pieces_hits", 100.0 * (1.0 - (double)regs / (double)(R * n)));
+}
+
+/* A program that mallocs a fresh 64 KiB message buffer for every message, registers it,
+ * and frees it with its registration once 64 later messages are under way (messages in
+ * flight). Messages per CPU second and the share served without a NIC registration. */
+static void w_fresh(void)
+{
+    enum { INFLIGHT = 64, N = 16384 };
+    void *mem[INFLIGHT] = { 0 }, *h[INFLIGHT] = { 0 };
+    uint64_t r0 = nic_regs(), c0 = cpu_ns();
+    for (unsigned i = 0; i < N; i++) {
+        unsigned k = i % INFLIGHT;
+        if (mem[k]) {
+            sys_dereg(h[k]);
+            free(mem[k]);
+        }
+        mem[k] = malloc(HOT_LEN);
+        if (!mem[k])
+            die("malloc");
+        memset(mem[k], (int)i, 256);   /* the message's header */
+        h[k] = sys_reg(mem[k], HOT_LEN);
+    }
+    double rate = (double)N * 1e9 / (double)(cpu_ns() - c0);
+    uint64_t regs = nic_regs() - r0;
+    if (!sys_cached)
+        check_nic(r0, N, "fresh-buffer loop");
+    for (unsigned k = 0; k < INFLIGHT; k++) {
+        sys_dereg(h[k]);
+        free(mem[k]);
+    }
+    put_expand("fresh", rate);
+    put_expand("fresh_hits", 100.0 * (1.0 - (double)regs / N));
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: %s SYSTEM WORKLOAD\n  SYSTEM: nocache|mrcache (verbs binary), ucx\n"
                         "  WORKLOAD: hit threads msg1m msg16m tax-malloc tax-munmap unmap miss miss-scattered memory\n"
-                        "            e2e-KIB (end to end, messages of KIB KiB)\n",
+                        "            e2e-KIB (end to end, messages of KIB KiB) pieces fresh\n",
                 argv[0]);
         return 2;
     }
@@ -722,6 +812,10 @@ int main(int argc, char **argv)
             w_memory();
         else if (!strncmp(w, "e2e-", 4) && strtoul(w + 4, NULL, 10))
             w_e2e(strtoul(w + 4, NULL, 10) * KIB, w);
+        else if (!strcmp(w, "pieces"))
+            w_pieces();
+        else if (!strcmp(w, "fresh"))
+            w_fresh();
         else {
             fprintf(stderr, "bench: unknown workload %s\n", w);
             return 2;

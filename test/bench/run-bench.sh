@@ -3,8 +3,9 @@
 # own: (a) bench_verbs alone, (b) bench_verbs with libmrcache preloaded, (c) bench_ucx
 # (libucs never shares a process with libmrcache). Collects "system key value" lines in
 # BUILD/bench/raw.txt; bench_report prints the table and writes results.json and .md.
-# Usage: [BENCH_LIB=path/libmrcache.so] run-bench.sh [BUILD [REPS]]  (REPS: processes per
-# system, default 3)
+# Usage: [BENCH_LIB=path/libmrcache.so] [BENCH_ONLY="pieces fresh"] run-bench.sh [BUILD [REPS]]
+# (REPS: processes per system, default 3; BENCH_ONLY: run only these workloads, the other
+# rows show "-")
 set -euo pipefail
 BUILD=${1:-build}
 REPS=${2:-${BENCH_REPS:-3}}
@@ -39,10 +40,12 @@ run() { # SYSTEM WORKLOAD [VAR=value...]
     case $sys in
     nocache) cmd=(env "$@" "$B/bench_verbs" nocache "$w") ;;
     mrcache) cmd=(env "${MRC_ENV[@]}" "$@" "$B/bench_verbs" mrcache "$w") ;;
+    # libmrcache with allocation-sized registrations: its keys end in _x (bench.c).
+    mrcache-x) cmd=(env "${MRC_ENV[@]}" MRCACHE_EXPAND=8M "$@" "$B/bench_verbs" mrcache "$w") ;;
     ucx) cmd=(env "${UCX_ENV[@]}" "$@" "$B/bench_ucx" ucx "$w") ;;
     esac
     out=$("${NICE[@]}" "${cmd[@]}") || { echo "run-bench.sh: '$sys $w' failed" >&2; exit 1; }
-    [ -z "$out" ] || printf '%s\n' "$out" | sed "s/^/$sys /" >>"$raw"
+    [ -z "$out" ] || printf '%s\n' "$out" | sed "s/^/${sys%-x} /" >>"$raw"
 }
 
 # WORKLOAD REPS "SYSTEMS" [VAR=value...]: the systems in turn, the order reversed on
@@ -50,6 +53,7 @@ run() { # SYSTEM WORKLOAD [VAR=value...]
 alt() {
     local w=$1 reps=$2 systems=$3 rep s
     shift 3
+    [ -z "${BENCH_ONLY:-}" ] || [[ " $BENCH_ONLY " == *" $w "* ]] || return 0
     for ((rep = 1; rep <= reps; rep++)); do
         local order=$systems
         ((rep % 2)) || order=$(printf '%s\n' $systems | tac | tr '\n' ' ')
@@ -80,6 +84,8 @@ alt memory "$REPS" "nocache mrcache ucx"
 for kib in 4 64 1024 16384 262144; do
     alt "e2e-$kib" "$REPS" "nocache mrcache ucx" SNIC_REG_COST_NS=16000,0.06
 done
+alt pieces "$REPS" "nocache mrcache mrcache-x ucx" SNIC_REG_COST_NS=16000,0.06
+alt fresh "$REPS" "nocache mrcache mrcache-x ucx" SNIC_REG_COST_NS=16000,0.06
 load_end=$(cut -d' ' -f1 /proc/loadavg)
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)

@@ -1,6 +1,6 @@
 # preload.mk - unmodified verbs programs run on the software NIC with libmrcache.so
 # preloaded (and some without, as controls), plus shell-level tests of the process.
-PRELOAD_BINS := $(BUILD)/test/test_unmap_paths $(BUILD)/test/test_verbs
+PRELOAD_BINS := $(BUILD)/test/test_unmap_paths $(BUILD)/test/test_verbs $(BUILD)/test/test_expand
 PRELOAD := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB))
 
 $(BUILD)/test/test_%: test/preload/test_%.c test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
@@ -16,6 +16,11 @@ TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_verbs"
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_verbs"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MAX_DEFERRED=512K DEFERRED_ONLY=1 $(BUILD)/test/test_verbs"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1 FORK_SAFE_ONLY=1 $(BUILD)/test/test_verbs"
+# MRCACHE_EXPAND on, off (the control: every piece its own registration), and with the
+# monitor off, where the remapped pieces of an expanded range must come out stale.
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_EXPAND=1M EXPAND=on $(BUILD)/test/test_expand"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off EXPAND=off $(BUILD)/test/test_expand"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_EXPAND=1M MRCACHE_MONITOR=none EXPECT_STALE=1 $(BUILD)/test/test_expand 2>/dev/null"
 
 $(BUILD)/test/libmrc_testplugin.so: test/preload/plugin.c $(SNIC_DEPS)
 	@mkdir -p $(@D)

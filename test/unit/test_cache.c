@@ -475,6 +475,89 @@ static void test_backend_error_passes_through(void)
     CHECK(mrc_cache_get(&cache, &dom_a, 0x10000, 0, 0x10000, LW, &e) == -EINVAL);
 }
 
+/* MRCACHE_EXPAND's hook, faked: widens a miss to the 16-page window around its request. */
+#define XWIN (16 * PG)
+static unsigned expand_calls;
+
+static int fake_expand(void *arg, uint32_t access, uint64_t qf, uint64_t ql, uint64_t *first, uint64_t *last)
+{
+    (void)arg, (void)access;
+    expand_calls++;
+    uint64_t wf = qf & ~(XWIN - 1), wl = wf + XWIN - 1;
+    if (ql > wl)
+        return 0;
+    *first = wf < *first ? wf : *first;
+    *last = wl > *last ? wl : *last;
+    return 1;
+}
+
+/* From now on the cache expands (single-threaded: as if set at init). */
+static void expand_on(void)
+{
+    cache.p.expand = fake_expand;
+    expand_calls = 0;
+}
+
+static void test_expand_widens_local_misses_only(void)
+{
+    setup();
+    expand_on();
+    struct mrc_entry *a = get(&dom_a, 0x200000 + 3 * PG, PG, LW);
+    CHECK(mrc_entry_start(a) == 0x200000 && mrc_entry_len(a) == XWIN && expand_calls == 1);
+    struct mrc_entry *b = get(&dom_a, 0x200000 + 15 * PG, PG, LW);   /* a later piece: a hit */
+    CHECK(b == a && fb.regs == 1 && expand_calls == 1);
+    /* Remote rights: never asked, the bytes exact. */
+    struct mrc_entry *r = get(&dom_a, 0x300010, 100, LW | RW);
+    CHECK(mrc_entry_start(r) == 0x300010 && mrc_entry_len(r) == 100 && expand_calls == 1);
+    /* An iova other than the address: never asked either. */
+    struct mrc_entry *o = NULL;
+    CHECK(mrc_cache_get(&cache, &dom_a, 0x400000, PG, 0x9000, LW, &o) == 0);
+    CHECK(o && mrc_entry_len(o) == PG && expand_calls == 1);
+    struct mrc_entry *all[] = { a, b, r, o };
+    for (unsigned i = 0; i < 4; i++)
+        if (all[i])
+            mrc_cache_put(&cache, all[i]);
+    struct mrc_stats_block s;
+    mrc_stats_sum(&s);
+    CHECK(s.v[MRC_STAT_EXPANDED] == 1);
+}
+
+/* The back-end refuses the wider range (out of pinnable memory): the miss registers its
+ * own page, and nothing idle was evicted for the attempt. */
+static void test_expand_refused_registers_own_range(void)
+{
+    setup();
+    struct mrc_entry *idle = get(&dom_a, 0x500000, PG, LW);
+    mrc_cache_put(&cache, idle);
+    expand_on();
+    fb.limit_bytes = 4 * PG;
+    struct mrc_stats_block s0, s1;
+    mrc_stats_sum(&s0);
+    struct mrc_entry *e = get(&dom_a, 0x600000 + 5 * PG, PG, LW);
+    mrc_stats_sum(&s1);
+    CHECK(e && mrc_entry_start(e) == 0x600000 + 5 * PG && mrc_entry_len(e) == PG);
+    CHECK(reg_of(idle)->live && fb.live == 2);
+    CHECK(s1.v[MRC_STAT_EXPAND_REFUSED] == s0.v[MRC_STAT_EXPAND_REFUSED] + 1 &&
+          s1.v[MRC_STAT_EXPANDED] == s0.v[MRC_STAT_EXPANDED]);
+    if (e)
+        mrc_cache_put(&cache, e);
+}
+
+/* Idle entries of the key inside the window, not touching the request, leave the tree
+ * for the wider registration. */
+static void test_expand_supersedes_entries_inside(void)
+{
+    setup();
+    mrc_cache_put(&cache, get(&dom_a, 0x700000 + 8 * PG, PG, LW));
+    mrc_cache_put(&cache, get(&dom_a, 0x700000 + 12 * PG, PG, LW));
+    CHECK(indexed() == 2);
+    expand_on();
+    struct mrc_entry *e = get(&dom_a, 0x700000, PG, LW);
+    CHECK(e && mrc_entry_len(e) == XWIN && indexed() == 1 && fb.live == 1);
+    if (e)
+        mrc_cache_put(&cache, e);
+}
+
 static void test_invalidate_idle_defers_and_never_calls_backend(void)
 {
     setup();
@@ -1994,6 +2077,9 @@ int main(void)
     RUN(test_enomem_evicts_and_retries);
     RUN(test_enomem_with_all_in_use_fails);
     RUN(test_backend_error_passes_through);
+    RUN(test_expand_widens_local_misses_only);
+    RUN(test_expand_refused_registers_own_range);
+    RUN(test_expand_supersedes_entries_inside);
     RUN(test_invalidate_idle_defers_and_never_calls_backend);
     RUN(test_invalidate_then_lookup_misses);
     RUN(test_invalidate_in_use_deregisters_at_last_release);

@@ -538,6 +538,45 @@ static void test_free_of_mmapped_chunk(void)
     CHECK(fs.n == 0);
 }
 
+/* The mapping holding an address, from PROCMAP_QUERY and from /proc/self/maps: the two
+ * agree, on private anonymous memory (its ends cut by PROT_NONE pages), a read-only
+ * page, a shared mapping and a file's, and on an unmapped page (none). */
+static void test_read_vma(void)
+{
+    char *p = mmap(NULL, 8 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *s = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(p != MAP_FAILED && s != MAP_FAILED);
+    if (p == MAP_FAILED || s == MAP_FAILED)
+        return;
+    CHECK(mprotect(p, (size_t)pg, PROT_NONE) == 0);
+    CHECK(mprotect(p + 6 * pg, (size_t)pg, PROT_READ) == 0);
+    CHECK(munmap(p + 7 * pg, (size_t)pg) == 0);
+    struct { uint64_t addr; int found; uint64_t start, end; uint32_t r, w, shared; } want[] = {
+        { (uintptr_t)p + 2 * pg + 5, 1, (uintptr_t)p + pg, (uintptr_t)p + 6 * pg, 1, 1, 0 },
+        { (uintptr_t)p, 1, (uintptr_t)p, (uintptr_t)p + pg, 0, 0, 0 },
+        { (uintptr_t)p + 6 * pg, 1, (uintptr_t)p + 6 * pg, (uintptr_t)p + 7 * pg, 1, 0, 0 },
+        { (uintptr_t)s, 1, (uintptr_t)s, (uintptr_t)s + pg, 1, 1, 1 },
+        { (uintptr_t)&test_read_vma, 1, 0, 0, 1, 0, 1 },   /* this program's text: a file's */
+        { (uintptr_t)p + 7 * pg, 0, 0, 0, 0, 0, 0 },
+    };
+    for (unsigned i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        for (int text = 0; text < 2; text++) {
+            struct mrc_vma v = { 0 };
+            int rc = text ? mrc_maps_read_vma_text(want[i].addr, &v) : mrc_maps_read_vma(want[i].addr, &v);
+            CHECKF((rc == 0) == want[i].found, "case %u, %s: rc %d", i, text ? "text" : "query", rc);
+            if (rc || !want[i].found)
+                continue;
+            CHECKF((!want[i].end || (v.start == want[i].start && v.end == want[i].end)) && v.readable == want[i].r &&
+                       v.writable == want[i].w && v.shared == want[i].shared && v.page_size == (uint64_t)pg,
+                   "case %u, %s: %#llx-%#llx r%u w%u shared %u page %llu", i, text ? "text" : "query",
+                   (unsigned long long)v.start, (unsigned long long)v.end, v.readable, v.writable, v.shared,
+                   (unsigned long long)v.page_size);
+        }
+    }
+    munmap(p, 7 * (size_t)pg);
+    munmap(s, (size_t)pg);
+}
+
 int main(void)
 {
     pg = sysconf(_SC_PAGESIZE);
@@ -565,5 +604,6 @@ int main(void)
     RUN(test_truncation_announces_file_mappings);
     RUN(test_registry_readers_during_writes);
     RUN(test_free_of_mmapped_chunk);
+    RUN(test_read_vma);
     CHECK_EXIT();
 }
