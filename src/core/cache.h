@@ -37,6 +37,8 @@ struct mrc_cache_params {
     struct mrc_cache_ops ops;
     uint64_t max_entries;        /* idle entries are evicted (LRU) past this many in the tree */
     uint64_t max_bytes;          /* ... or past this many registered bytes in the tree */
+    uint64_t max_entry_bytes;    /* a request larger than this is never kept: registered for
+                                  * its caller alone (0: no such bound); merges stay within it */
     uint64_t max_deferred_bytes; /* past this many deferred bytes (and parked runs' ranges),
                                   * deferred_full is called */
     uint64_t page_size;
@@ -58,6 +60,9 @@ struct mrc_cache_params {
     const uint32_t *admit_armed;
     int (*admit)(void *arg, uint64_t first, uint64_t last);
     void *admit_arg;
+    /* Optional: the keys the NIC and a peer know a back-end registration by, for
+     * mrc_cache_largest. Called under the cache lock: must only read reg. */
+    void (*keys)(const void *reg, uint32_t *lkey, uint32_t *rkey);
 };
 
 /* Entry flags. */
@@ -72,6 +77,7 @@ struct mrc_entry {
     uint32_t access;
     uint32_t ref;                 /* 1 while in the tree + 1 per user; 0 = dead */
     uint32_t flags;
+    uint32_t used;                /* idle_clock at its last release (mrc_cache_expire) */
     void *reg;                    /* the back-end's registration */
     uint64_t lru_stamp;           /* lru_clock when last moved to the LRU's tail */
     struct mrc_entry *lru_prev, *lru_next;  /* LRU while in the tree, deferred list after */
@@ -107,6 +113,7 @@ struct mrc_cache {
     uint64_t lru_clock;           /* LRU moves so far (advanced past every entry while the
                                    * tree is over a limit): tells a put whether a move is due */
     uint64_t tree_count;          /* entries in the tree, young or parked (under the lock) */
+    uint32_t idle_clock;          /* mrc_cache_expire's ticks so far: a release stamps it */
     uint32_t nparked;             /* runs in parked[] (written under the lock) */
     uint32_t over_limit;          /* the last eviction left the tree past a limit, every
                                    * entry in use: releases evict (under the lock) */
@@ -224,6 +231,27 @@ void mrc_cache_refill(struct mrc_cache *c);
  * entries stay registered: in use, or refused by the back-end again. */
 uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),
                          void *arg);
+
+/* Advances the idle clock by one tick and deregisters the idle entries (in the tree, no
+ * user) not released during the last `ticks` ticks, and the deferred ones; the LRU's
+ * order is kept. Called at a steady period P, an entry goes after between (ticks - 1) P
+ * and ticks P without use. The lock is let go every few hundred entries, so misses wait
+ * microseconds, not a walk of the whole cache. Returns how many it deregistered. Not
+ * from a hook. */
+uint64_t mrc_cache_expire(struct mrc_cache *c, uint32_t ticks);
+
+/* One cached registration, as the dump lists them. */
+struct mrc_cache_mr {
+    uint64_t addr, len;           /* the registered range (rounded or merged) */
+    uint32_t lkey, rkey, access;
+    uint32_t users;               /* handles holding it now; 0: idle */
+    uint32_t idle_ticks;          /* idle clock ticks since its last release (users == 0) */
+};
+
+/* The n largest registrations in the tree, largest first, into out[]; returns how many
+ * (at most n). Takes the lock for a walk of the whole cache: for dumps, not for a hot
+ * path. Not from a hook. */
+unsigned mrc_cache_largest(struct mrc_cache *c, struct mrc_cache_mr *out, unsigned n);
 
 /* Takes e, which the caller holds, out of the cache if the caller alone holds it: 0, and
  * *reg is the back-end registration, the caller's from now on (to change or deregister
