@@ -185,6 +185,7 @@ void mrc_init(void)
         .ops = mrc_verbs_ops,
         .max_entries = mrc_rt.cfg.max_entries,
         .max_bytes = max_bytes,
+        .max_entry_bytes = mrc_config_large_bytes(&mrc_rt.cfg, max_bytes),
         .max_deferred_bytes = mrc_rt.cfg.max_deferred_bytes,
         .page_size = psz > 0 ? (uint64_t)psz : 4096,
         .remote_mask = mrc_verbs_remote_mask(),
@@ -193,8 +194,10 @@ void mrc_init(void)
         .deferred_full = mrc_drainer_wake,
         .admit_armed = &mrc_maps.interest,
         .admit = mrc_rt_admit,
+        .keys = mrc_verbs_keys,
     };
     mrc_cache_init(&mrc_rt.cache, &p);
+    mrc_rt_expire_init();
     struct mrc_verbs_params vp = {
         .cache = &mrc_rt.cache,
         .fork_gen = &mrc_rt.fork_gen,
