@@ -16,6 +16,13 @@ TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_verbs"
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_verbs"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MAX_DEFERRED=512K DEFERRED_ONLY=1 $(BUILD)/test/test_verbs"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1 FORK_SAFE_ONLY=1 $(BUILD)/test/test_verbs"
+# Pinned memory that comes back: after MRCACHE_IDLE_TIMEOUT, and for registrations past
+# MRCACHE_LARGE at their release; each beside a control in which it stays.
+TEST_BINS += $(BUILD)/test/test_pinned_back
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_IDLE_TIMEOUT=1s $(BUILD)/test/test_pinned_back idle"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_IDLE_TIMEOUT=0 $(BUILD)/test/test_pinned_back kept"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MAX_BYTES=8M $(BUILD)/test/test_pinned_back large"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MAX_BYTES=8M MRCACHE_LARGE=1/1 $(BUILD)/test/test_pinned_back large-kept"
 
 $(BUILD)/test/libmrc_testplugin.so: test/preload/plugin.c $(SNIC_DEPS)
 	@mkdir -p $(@D)
