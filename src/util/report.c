@@ -217,7 +217,7 @@ int mrc_report_write(int fd, const struct mrc_report *r, int json)
     else
         write_text(&b, r);
     int rc = mrc_write_all(fd, b.d, b.n);
-    return rc ? rc : mrc_report_ext_write(fd, json);
+    return rc ? rc : mrc_report_ext_write(fd, r, json);
 }
 
 int mrc_report_open(const char *pattern)
