@@ -80,8 +80,13 @@ MRC_HOT static void gauge_made_locked(struct mrc_cache *c, uint64_t len)
     uint64_t n = c->reg_made - LD(&c->reg_freed), b = c->reg_made_bytes - LD(&c->reg_freed_bytes);
     if (n > c->reg_count_peak)
         ST(&c->reg_count_peak, n);
-    if (b > c->reg_bytes_peak)
+    if (b > c->reg_bytes_peak) {
         ST(&c->reg_bytes_peak, b);
+        if (__builtin_expect(c->p.pinned_notice_bytes && b > c->p.pinned_notice_bytes && !c->pinned_noticed, 0)) {
+            c->pinned_noticed = 1;
+            c->p.pinned_notice(b);
+        }
+    }
 }
 
 /* Announces a miss to concurrent unmaps (see mrc_cache_unmap_begin); done when it has
@@ -125,6 +130,8 @@ int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p)
         c->p.admit_armed = &never;
     if (!c->p.max_entry_bytes)
         c->p.max_entry_bytes = UINT64_MAX;
+    if (!c->p.pinned_notice)
+        c->p.pinned_notice_bytes = 0;
     c->id = __atomic_fetch_add(&next_cache_id, 1, __ATOMIC_RELAXED);
     pthread_mutex_init(&c->lock, NULL);
     mrc_itree_init(&c->tree);
@@ -1187,9 +1194,11 @@ void mrc_cache_forget(struct mrc_cache *c)
      * copied in the child). */
     struct mrc_cache_params p = c->p;
     int closed = c->closed;
+    uint32_t noticed = c->pinned_noticed;
     struct mrc_hint *shared = c->shared;
     mrc_cache_init(c, &p);
     c->closed = closed;   /* the child inherits the reason it was closed */
+    c->pinned_noticed = noticed;   /* and what was said */
     if (shared)
         mrc_raw_unmap(shared, SHARED_BYTES);
 }

@@ -63,6 +63,12 @@ struct mrc_cache_params {
     /* Optional: the keys the NIC and a peer know a back-end registration by, for
      * mrc_cache_largest. Called under the cache lock: must only read reg. */
     void (*keys)(const void *reg, uint32_t *lkey, uint32_t *rkey);
+    /* Optional: called once, the first time a registration makes the bytes registered
+     * through the cache (cached, in use, deferred) pass pinned_notice_bytes (0: never),
+     * with those bytes. Under the cache lock: must not allocate or call into the cache
+     * (a log line written with write(2) is what it is for). */
+    uint64_t pinned_notice_bytes;
+    void (*pinned_notice)(uint64_t bytes);
 };
 
 /* Entry flags. */
@@ -107,6 +113,7 @@ struct mrc_cache {
     uint32_t shared_failed;       /* their table could not be mapped: not tried again */
     uint32_t active;              /* set by the first get: until then invalidation is free */
     uint32_t first_timed;         /* the first back-end registration's time is counted apart */
+    uint32_t pinned_noticed;      /* pinned_notice was called (under the lock) */
     /* Read on every call, written when invalidations defer or drains run. */
     uint64_t ndeferred MRC_LINE;
     uint64_t deferred_bytes;

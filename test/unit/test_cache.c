@@ -12,7 +12,7 @@
  * ENOMEM and destroy at once; a private one left with its caller); limits met as
  * registrations held past them are released; a registration taken out of the cache by
  * its only holder, or retired from it while held; registrations too large to keep; idle
- * entries expired; the largest cached registrations listed. */
+ * entries expired; the largest cached registrations listed; the pinned notice. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -2046,6 +2046,38 @@ static void test_largest(void)
     mrc_cache_put(&cache, e4);
 }
 
+static uint64_t noticed_bytes;
+static int notices;
+
+static void notice(uint64_t bytes)
+{
+    noticed_bytes = bytes;
+    notices++;
+}
+
+/* The pinned notice: once, at the registration that passes its bound, private ones
+ * counted too; never again after the bytes fall back and rise past it once more. */
+static void test_pinned_notice_once(void)
+{
+    setup();
+    cache.p.pinned_notice = notice;
+    cache.p.pinned_notice_bytes = 4 * PG;
+    notices = 0;
+    struct mrc_entry *a = get(&dom_a, 0x100000, 2 * PG, LW);
+    struct mrc_entry *b = get(&dom_a, 0x200000, 2 * PG, RW);
+    CHECK(notices == 0);                                     /* 4 pages: not past it */
+    cache.p.max_entry_bytes = PG;                            /* the next is private */
+    struct mrc_entry *c = get(&dom_a, 0x300000, 2 * PG, LW);
+    CHECK(notices == 1 && noticed_bytes == 6 * PG && (c->flags & MRC_E_PRIVATE));
+    mrc_cache_put(&cache, c);
+    mrc_cache_put(&cache, b);
+    mrc_cache_put(&cache, a);
+    mrc_cache_flush(&cache, NULL, NULL);
+    struct mrc_entry *d = get(&dom_a, 0x400000, 8 * PG, LW);   /* private, past it again */
+    CHECK(notices == 1);
+    mrc_cache_put(&cache, d);
+}
+
 int main(void)
 {
     RUN(test_hit_after_release);
@@ -2111,5 +2143,6 @@ int main(void)
     RUN(test_expire_idle);
     RUN(test_expire_many);
     RUN(test_largest);
+    RUN(test_pinned_notice_once);
     CHECK_EXIT();
 }
