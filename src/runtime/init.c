@@ -61,6 +61,7 @@ void mrc_rt_first_registration(void)
      * of libraries loaded since (libibverbs, its providers). */
     atexit(on_exit_handler);
     mrc_log_notes_warn();
+    mrc_rt_warn_first_registration();
     MRC_INFO("unmap sources: %s", mrc_rt_monitor_name());
 }
 
@@ -160,8 +161,6 @@ static void sources_install(void)
          * mappings split until drained: the helper thread drains them. */
         mrc_uffd_set_drain(mrc_drainer_wake, NULL);
     }
-    if (!cfg->monitor)
-        MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
 }
 
 void mrc_init(void)
@@ -196,6 +195,7 @@ void mrc_init(void)
         .admit = mrc_rt_admit,
         .keys = mrc_verbs_keys,
     };
+    mrc_rt_warn_setup(&p);
     mrc_cache_init(&mrc_rt.cache, &p);
     mrc_rt_expire_init();
     struct mrc_verbs_params vp = {

@@ -64,6 +64,12 @@ struct timespec;
 const struct timespec *mrc_rt_expire_wait(struct timespec *ts);
 void mrc_rt_expire_due(void);
 
+/* The warnings that need a cause (warn.c): the RLIMIT_MEMLOCK notice armed in the
+ * cache's parameters (init, before the cache is made); the rest, once, at the first
+ * registration. */
+void mrc_rt_warn_setup(struct mrc_cache_params *p);
+void mrc_rt_warn_first_registration(void);
+
 /* MRCACHE_FORK's release of idle registrations before a fork (idle.c). */
 void mrc_rt_idle_before_fork(void);
 

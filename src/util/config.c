@@ -406,8 +406,7 @@ void mrc_config_describe(int fd)
     }
 }
 
-/* Whether CAP_IPC_LOCK is effective: then RLIMIT_MEMLOCK does not bound pinning. */
-static int has_ipc_lock(void)
+int mrc_config_has_ipc_lock(void)
 {
     char buf[4096];
     int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
@@ -428,7 +427,7 @@ static int has_ipc_lock(void)
 uint64_t mrc_config_auto_max_bytes(void)
 {
     struct rlimit rl;
-    if (!has_ipc_lock() && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    if (!mrc_config_has_ipc_lock() && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         return rl.rlim_cur;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || psz <= 0)

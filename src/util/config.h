@@ -65,6 +65,9 @@ void mrc_config_print_help(int fd);
  * and meaning, tab-separated, one line per variable. */
 void mrc_config_describe(int fd);
 
+/* Whether CAP_IPC_LOCK is effective: then RLIMIT_MEMLOCK does not bound pinning. */
+int mrc_config_has_ipc_lock(void);
+
 /* The default for max_bytes: RLIMIT_MEMLOCK when finite and the process cannot lock
  * memory freely, else a quarter of physical memory. */
 uint64_t mrc_config_auto_max_bytes(void);
