@@ -17,13 +17,15 @@ skip() { echo "ok - $1 # SKIP $2"; }
 unset RDMAV_FORK_SAFE IBV_FORK_SAFE RDMAV_HUGEPAGES_SAFE UCX_IB_REG_METHODS UCX_MEM_EVENTS
 run() { env LD_LIBRARY_PATH="$B/snic" LD_PRELOAD="$PP$B/libmrcache.so" MRCACHE_STATS=off "$@" 2>"$tmp/err"; }
 # The number of libmrcache lines on the last run's stderr matching a pattern.
-count() { grep '^libmrcache\[' "$tmp/err" | grep -c -- "$1"; }
-# NAME PATTERN N: the last run succeeded and printed N lines matching PATTERN, and no
-# other libmrcache line.
+count() { grep '^libmrcache\[' "$tmp/err" | grep -c -E -- "$1"; }
+# Any of these warnings (other lines, such as a sanitizer build's notes, are not theirs).
+ANY="MRCACHE_MONITOR=none|fork-safe mode is on|RDMAV_HUGEPAGES_SAFE is set|registration cache is active|RLIMIT_MEMLOCK is"
+# NAME PATTERN N: the last run succeeded and printed N lines matching PATTERN, and none of
+# the other warnings.
 expect() {
     local rc=$? n all
     n=$(count "$2")
-    all=$(count '')
+    all=$(count "$ANY")
     [ $rc -eq 0 ] && [ "$n" -eq "$3" ] && [ "$all" -eq "$3" ]
     local r=$?
     [ $r -eq 0 ] || { echo "# $1: exit $rc, $n lines matching '$2', $all in all:" >&2; cat "$tmp/err" >&2; }
@@ -31,7 +33,7 @@ expect() {
 }
 
 run "$WL"
-expect no_warning_without_a_cause . 0
+expect no_warning_without_a_cause "$ANY" 0
 
 run MRCACHE_MONITOR=none "$WL"
 expect monitor_none_once 'MRCACHE_MONITOR=none' 1
@@ -39,24 +41,24 @@ run MRCACHE_MONITOR=none WL_COUNT=0 "$WL"
 expect monitor_none_silent_without_registrations . 0
 
 run SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1 "$WL"
-expect fork_safe_once 'fork-safe mode is on (RDMAV_FORK_SAFE is set' 1
+expect fork_safe_once 'fork-safe mode is on \(RDMAV_FORK_SAFE is set' 1
 run SNIC_COPY_ON_FORK=0 IBV_FORK_SAFE=1 "$WL"
-expect fork_safe_names_ibv_fork_safe 'fork-safe mode is on (IBV_FORK_SAFE is set' 1
+expect fork_safe_names_ibv_fork_safe 'fork-safe mode is on \(IBV_FORK_SAFE is set' 1
 run SNIC_COPY_ON_FORK=1 RDMAV_FORK_SAFE=1 RDMAV_HUGEPAGES_SAFE=1 "$WL"
-expect fork_safe_silent_where_unneeded . 0
+expect fork_safe_silent_where_unneeded "$ANY" 0
 run SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1 RDMAV_HUGEPAGES_SAFE=1 "$WL"
 rc=$?
 [ $rc -eq 0 ] && [ "$(count 'RDMAV_HUGEPAGES_SAFE is set')" -eq 1 ] && [ "$(count 'fork-safe mode is on')" -eq 1 ] &&
-    [ "$(count '')" -eq 2 ]
+    [ "$(count "$ANY")" -eq 2 ]
 report hugepages_safe_once_with_fork_safe $?
 
-if run WL_UCX=1 WL_COUNT=0 "$WL" && [ ! -s "$tmp/err" ]; then
+if run WL_UCX=1 WL_COUNT=0 "$WL"; then
     run WL_UCX=1 "$WL"
     expect ucx_rcache_once "UCX's registration cache is active" 1
     run WL_UCX=1 UCX_IB_REG_METHODS=direct "$WL"
-    expect ucx_rcache_silent_with_direct_registration . 0
+    expect ucx_rcache_silent_with_direct_registration "$ANY" 0
     run WL_UCX=1 UCX_MEM_EVENTS=no "$WL"
-    expect ucx_rcache_silent_without_memory_events . 0
+    expect ucx_rcache_silent_without_memory_events "$ANY" 0
 else
     for t in ucx_rcache_once ucx_rcache_silent_with_direct_registration ucx_rcache_silent_without_memory_events; do
         skip $t "UCX's libuct.so.0 and libucm.so.0 not loadable here (apt-get install libucx0)"
@@ -77,7 +79,7 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
     as_user WL_COUNT=12 WL_FORK=0
     expect memlock_once 'RLIMIT_MEMLOCK is 1024 KiB and this process now has [0-9]* KiB registered' 1
     as_user WL_COUNT=4 WL_FORK=0
-    expect memlock_silent_within_half . 0
+    expect memlock_silent_within_half "$ANY" 0
 else
     for t in memlock_once memlock_silent_within_half; do
         skip $t "needs root to switch to an unprivileged user"
@@ -86,7 +88,7 @@ fi
 # With CAP_IPC_LOCK the limit binds nothing.
 if [ "$(id -u)" -eq 0 ]; then
     (ulimit -l 256 && run WL_COUNT=12 "$WL")
-    expect memlock_silent_with_cap_ipc_lock . 0
+    expect memlock_silent_with_cap_ipc_lock "$ANY" 0
 else
     skip memlock_silent_with_cap_ipc_lock "needs root for CAP_IPC_LOCK"
 fi
