@@ -617,61 +617,80 @@ static int same_key(const struct mrc_entry *e, const void *domain, int64_t iova_
     return e->domain == domain && e->iova_off == iova_off && e->access == access;
 }
 
-/* Grows [*first, *last] to its union with e if e has the same key and the union stays
- * under half the byte limit and within what one entry may hold. Returns whether it grew;
- * sets *kin if e has the key. */
-MRC_HOT static int merge_one(const struct mrc_cache *c, const struct mrc_entry *e, void *domain, int64_t iova_off,
-                             uint32_t access, uint64_t *first, uint64_t *last, int *kin)
+/* The longest union a miss for the page-rounded [first, last] may register, less one:
+ * twice the request, under half the byte limit, and no more than one entry may hold
+ * (max_entry_bytes). A merge re-registers the bytes of the
+ * entries it absorbs, so it may cost no more than registering the request again: a
+ * program registering buffer after buffer does at most twice the registration work it
+ * would do without merging, never the square of it. */
+static uint64_t merge_cap(const struct mrc_cache *c, uint64_t first, uint64_t last)
+{
+    uint64_t len = last - first + 1, cap = c->p.max_bytes / 2;
+    if (len && len <= cap / 2)
+        cap = 2 * len;
+    if (cap > c->p.max_entry_bytes)
+        cap = c->p.max_entry_bytes;
+    return cap ? cap - 1 : 0;
+}
+
+/* Grows [*first, *last] to its union with e if e has the same key, shares a byte with it
+ * and the union's length less one stays within cap. Only overlap merges: it pins the
+ * shared pages once instead of twice, where the union of neighbours that merely touch
+ * would pin no less and re-register the neighbours whole. Returns whether it grew; sets
+ * *kin if e has the key. */
+MRC_HOT static int merge_one(const struct mrc_entry *e, void *domain, int64_t iova_off, uint32_t access,
+                             uint64_t cap, uint64_t *first, uint64_t *last, int *kin)
 {
     if (!same_key(e, domain, iova_off, access))
         return 0;
     *kin = 1;
+    if (e->node.start > *last || e->node.last < *first)
+        return 0;
     uint64_t f = e->node.start < *first ? e->node.start : *first;
     uint64_t l = e->node.last > *last ? e->node.last : *last;
-    if (l - f >= c->p.max_bytes / 2 || l - f >= c->p.max_entry_bytes || (f == *first && l == *last))
+    if (l - f > cap || (f == *first && l == *last))
         return 0;
     *first = f;
     *last = l;
     return 1;
 }
 
-/* Grows [*first, *last] to the union of same-key local entries that overlap or touch
- * it, as long as the union stays under half the byte limit; sets *kin if it saw one. */
+/* Grows [*first, *last] to the union of same-key local entries that overlap it, as long
+ * as the union stays within cap; sets *kin if it saw one. */
 MRC_HOT static void merge_range_locked(struct mrc_cache *c, void *domain, int64_t iova_off, uint32_t access,
-                                       uint64_t *first, uint64_t *last, int *kin)
+                                       uint64_t cap, uint64_t *first, uint64_t *last, int *kin)
 {
     for (int grew = 1; grew;) {
         grew = 0;
-        uint64_t qf = *first ? *first - 1 : 0, ql = *last == UINT64_MAX ? *last : *last + 1;
+        uint64_t qf = *first, ql = *last;
         for (struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, qf, ql); n;
              n = mrc_itree_iter_next(n, qf, ql)) {
             struct mrc_entry *e = mrc_entry_of(n);
-            grew |= merge_one(c, e, domain, iova_off, access, first, last, kin);
+            grew |= merge_one(e, domain, iova_off, access, cap, first, last, kin);
         }
         if (young_may_overlap(c, qf, ql))
             for (unsigned i = 0; i < LD(&c->nyoung); i++)
                 if (c->young[i].first <= ql && qf <= c->young[i].last)
-                    grew |= merge_one(c, c->young[i].e, domain, iova_off, access, first, last, kin);
+                    grew |= merge_one(c->young[i].e, domain, iova_off, access, cap, first, last, kin);
     }
 }
 
 /* The entry serving [first, last] for the key, or NULL. With rf set (a local request at
  * iova == addr, rounded out to [*rf, *rl]), a miss also grows [*rf, *rl] as
  * merge_range_locked does, and sets *kin if it saw an entry of the key. The lookup walks
- * the merge's first window, which holds every entry that can serve the request, so a
+ * the rounded request, which holds every entry that can serve it or merge with it, so a
  * miss walks the tree once: each walk reads nodes off its search path too, cold ones
  * for buffers registered out of address order (~50 ns a walk here). */
 MRC_HOT static struct mrc_entry *lookup_locked(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
                                                int64_t iova_off, uint32_t access, uint64_t *rf, uint64_t *rl,
                                                int *kin)
 {
-    uint64_t wf = first, wl = last, f = 0, l = 0;
+    uint64_t wf = first, wl = last, f = 0, l = 0, cap = 0;
     int grew = 0;
     if (rf) {
-        f = *rf;
-        l = *rl;
-        wf = f ? f - 1 : 0;
-        wl = l == UINT64_MAX ? l : l + 1;
+        wf = f = *rf;
+        wl = l = *rl;
+        cap = merge_cap(c, f, l);
     }
     if (young_may_overlap(c, wf, wl))
         for (unsigned i = 0; i < LD(&c->nyoung); i++) {
@@ -682,19 +701,19 @@ MRC_HOT static struct mrc_entry *lookup_locked(struct mrc_cache *c, void *domain
                 entry_serves(c, e, domain, first, last, iova_off, access))
                 return e;
             if (rf)
-                grew |= merge_one(c, e, domain, iova_off, access, &f, &l, kin);
+                grew |= merge_one(e, domain, iova_off, access, cap, &f, &l, kin);
         }
     for (struct mrc_itree_node *n = mrc_itree_iter_first(&c->tree, wf, wl); n; n = mrc_itree_iter_next(n, wf, wl)) {
         struct mrc_entry *e = mrc_entry_of(n);
         if (entry_serves(c, e, domain, first, last, iova_off, access))
             return e;
         if (rf)
-            grew |= merge_one(c, e, domain, iova_off, access, &f, &l, kin);
+            grew |= merge_one(e, domain, iova_off, access, cap, &f, &l, kin);
     }
     if (grew) {
         *rf = f;
         *rl = l;
-        merge_range_locked(c, domain, iova_off, access, rf, rl, kin);
+        merge_range_locked(c, domain, iova_off, access, cap, rf, rl, kin);
     }
     return NULL;
 }
@@ -817,7 +836,7 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
     }
 
     /* Local-only registrations with iova == addr are rounded out to whole pages and, on
-     * a miss, merged with their neighbours; remote ones are registered byte-exact, since
+     * a miss, merged with the entries they overlap; remote ones are registered byte-exact, since
      * rounding or merging would let a peer reach bytes the program did not expose. */
     int merge = !remote && iova_off == 0;
     uint64_t qf = first, ql = last;

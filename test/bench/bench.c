@@ -576,11 +576,117 @@ static void w_memory(void)
     put("mem_entry", (after - before) / (double)n);
 }
 
+/* ---- 8. end to end: the program as a user runs it, against itself registering once ---- */
+
+#define E2E_BUFS 8
+#define E2E_ROUNDS 9   /* per way of registering, alternated finely: load changes hit both */
+
+/* Process CPU time: every thread's, the cache's helper thread included. */
+static uint64_t proc_cpu_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* One message from buffer m % E2E_BUFS: the program writes it, the NIC reads all of it
+ * from the pinned pages (what a send costs the host), and its first and last bytes are
+ * checked. once[] holds the buffers' own registrations, or is NULL: then the message is
+ * registered and released, as the program does. */
+static void e2e_send(char *const *buf, void *const *once, size_t len, char *wire, uint64_t m)
+{
+    char *b = buf[m % E2E_BUFS];
+    void *h = once ? once[m % E2E_BUFS] : sys_reg(b, len);
+    memset(b, (int)(m & 0xff), len);
+    wire[0] = wire[len - 1] = (char)~m;
+    uint32_t lkey = once ? ((struct ibv_mr *)h)->lkey : sys_lkey(h);   /* sys_nic_reg's are MRs */
+    if (snic_local_read(lkey, (uintptr_t)b, wire, len) || wire[0] != (char)(m & 0xff) ||
+        wire[len - 1] != (char)(m & 0xff)) {
+        fprintf(stderr, "bench: e2e: message %llu arrived wrong\n", (unsigned long long)m);
+        exit(1);
+    }
+    if (!once)
+        sys_dereg(h);
+}
+
+/* Messages per CPU second over at least one turn through the buffers and 60 ms. */
+static double e2e_round(char *const *buf, void *const *once, size_t len, char *wire, uint64_t *m,
+                        uint64_t *sent)
+{
+    uint64_t t0 = now_ns(), c0 = proc_cpu_ns(), n = 0;
+    do
+        e2e_send(buf, once, len, wire, (*m)++);
+    while (++n < E2E_BUFS || now_ns() - t0 < 60000000u);
+    *sent += n;
+    return (double)n * 1e9 / (double)(proc_cpu_ns() - c0);
+}
+
+/* A program sending from E2E_BUFS malloc'd buffers in turn and registering every message,
+ * and, alternated with it in the same process, the same program registering each buffer
+ * once with the NIC itself. Reports both rates and the median of their ratios round by
+ * round, the CPU time of the first turn through
+ * the buffers (on fresh memory, which the first pin of a page may make dearer than any
+ * later one: only the systems' first turns compare), and the NIC's peak pinned bytes
+ * over that turn, as a multiple of the bytes the program registers: after it every
+ * message is a hit (checked), so the peak cannot grow. */
+static void w_e2e(size_t len, const char *key)
+{
+    char *buf[E2E_BUFS], *wire = malloc(len);
+    void *once[E2E_BUFS];
+    if (!wire)
+        die("malloc");
+    memset(wire, 0, len);
+    for (int i = 0; i < E2E_BUFS; i++) {
+        if (!(buf[i] = malloc(len)))
+            die("malloc");
+        memset(buf[i], 0, len);
+    }
+    snic_reset_peak();
+    uint64_t m = 0, c0 = proc_cpu_ns();
+    for (int i = 0; i < E2E_BUFS; i++)
+        e2e_send(buf, NULL, len, wire, m++);
+    double first = (double)(proc_cpu_ns() - c0) / 1e6;
+    struct snic_stats st;
+    snic_get_stats(&st);
+    for (int i = 0; i < E2E_BUFS; i++)
+        once[i] = sys_nic_reg(buf[i], len);
+    double per[E2E_ROUNDS], reg_once[E2E_ROUNDS];
+    uint64_t r0 = nic_regs(), per_sent = 0, once_sent = 0;
+    for (int r = 0; r < E2E_ROUNDS; r++) {   /* the order swapped in turn */
+        if (r % 2)
+            reg_once[r] = e2e_round(buf, once, len, wire, &m, &once_sent);
+        per[r] = e2e_round(buf, NULL, len, wire, &m, &per_sent);
+        if (!(r % 2))
+            reg_once[r] = e2e_round(buf, once, len, wire, &m, &once_sent);
+    }
+    check_nic(r0, per_sent, "end-to-end loop");
+    /* The ratio of each round to its neighbour of the other way, before the medians sort them. */
+    double pair[E2E_ROUNDS];
+    for (int r = 0; r < E2E_ROUNDS; r++)
+        pair[r] = per[r] / reg_once[r];
+    char k[64];
+    snprintf(k, sizeof(k), "%s_vs_once", key);
+    put(k, median(pair, E2E_ROUNDS));
+    put(key, median(per, E2E_ROUNDS));
+    snprintf(k, sizeof(k), "%s_once", key);
+    put(k, median(reg_once, E2E_ROUNDS));
+    snprintf(k, sizeof(k), "%s_first", key);
+    put(k, first);
+    snprintf(k, sizeof(k), "%s_pin", key);
+    put(k, (double)st.pinned_peak / (double)(E2E_BUFS * len));
+    for (int i = 0; i < E2E_BUFS; i++) {
+        sys_nic_dereg(once[i]);
+        free(buf[i]);
+    }
+    free(wire);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: %s SYSTEM WORKLOAD\n  SYSTEM: nocache|mrcache (verbs binary), ucx\n"
-                        "  WORKLOAD: hit threads msg1m msg16m tax-malloc tax-munmap unmap miss miss-scattered memory\n",
+                        "  WORKLOAD: hit threads msg1m msg16m tax-malloc tax-munmap unmap miss miss-scattered memory\n"
+                        "            e2e-KIB (end to end, messages of KIB KiB)\n",
                 argv[0]);
         return 2;
     }
@@ -614,6 +720,8 @@ int main(int argc, char **argv)
             w_miss(389, "miss_sc");   /* odd, so a permutation of the batch: 3 MiB apart */
         else if (!strcmp(w, "memory"))
             w_memory();
+        else if (!strncmp(w, "e2e-", 4) && strtoul(w + 4, NULL, 10))
+            w_e2e(strtoul(w + 4, NULL, 10) * KIB, w);
         else {
             fprintf(stderr, "bench: unknown workload %s\n", w);
             return 2;

@@ -76,6 +76,10 @@ alt unmap $((REPS * 2)) "nocache mrcache ucx"
 alt miss $((REPS * 4)) "mrcache ucx"
 alt miss-scattered $((REPS * 4)) "mrcache ucx"
 alt memory "$REPS" "nocache mrcache ucx"
+# End to end: the program registering every message, and itself registering once.
+for kib in 4 64 1024 16384 262144; do
+    alt "e2e-$kib" "$REPS" "nocache mrcache ucx" SNIC_REG_COST_NS=16000,0.06
+done
 load_end=$(cut -d' ' -f1 /proc/loadavg)
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)

@@ -88,6 +88,11 @@ static inline void sys_dereg(void *h)
     ucs_rcache_region_put(sys_rcache, h);
 }
 
+static inline uint32_t sys_lkey(void *h)
+{
+    return ((struct bench_region *)h)->mr->lkey;
+}
+
 static inline void *sys_nic_reg(void *addr, size_t len)
 {
     struct ibv_mr *mr = ibv_reg_mr(sys_pd, addr, len, IBV_ACCESS_LOCAL_WRITE);

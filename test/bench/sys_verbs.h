@@ -54,6 +54,11 @@ static inline void sys_dereg(void *h)
         die("ibv_dereg_mr failed");
 }
 
+static inline uint32_t sys_lkey(void *h)
+{
+    return ((struct ibv_mr *)h)->lkey;
+}
+
 /* The NIC's registration, past any cache. */
 static inline void *sys_nic_reg(void *addr, size_t len)
 {

@@ -44,9 +44,11 @@ report exit_with_unmaps_under_way $r
 
 # 4. An unprivileged user (vm.unprivileged_userfaultfd=0 leaves it UFFD_USER_MODE_ONLY).
 if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
-    d="$tmp/nobody"
+    # A user id nobody else runs as: pins are charged to the user, and another process
+    # of the user's (another run of these tests, say) would spend this one's limit.
+    id=$((4000000 + $$ % 1000000)) d="$tmp/unprivileged"
     mkdir -p "$d" && cp "$LIB" "$SNIC"/libibverbs.so.1 "$BIN" "$d/" && chmod -R a+rwX "$tmp"
-    setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all bash -c \
+    setpriv --reuid=$id --regid=$id --clear-groups --inh-caps=-all bash -c \
         "ulimit -l unlimited 2>/dev/null; cd $d; env LD_LIBRARY_PATH=$d LD_PRELOAD=$PP$d/libmrcache.so \
          MRCACHE_STATS=off MRCACHE_MONITOR=uffd TMPDIR=$d timeout 300 ./test_uffd" >"$tmp/nb.out" 2>&1
     r=$?

@@ -21,6 +21,7 @@ struct fake_reg {
 struct fake_backend {
     pthread_mutex_t lock;
     uint64_t regs, deregs, live, live_bytes;
+    uint64_t reg_bytes;            /* every registration's length, summed */
     uint64_t limit_bytes;          /* 0: no limit */
     int forbidden;                 /* a back-end call now is a test failure */
     uint64_t forbidden_calls;
@@ -56,6 +57,7 @@ static int fake_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64
     f->regs++;
     f->live++;
     f->live_bytes += len;
+    f->reg_bytes += len;
     pthread_mutex_unlock(&f->lock);
     *out = r;
     return 0;

@@ -225,12 +225,12 @@ static void test_domain_and_iova_offset_in_key(void)
     mrc_cache_put(&cache, z2);
 }
 
-static void test_merge_adjacent_and_overlapping(void)
+static void test_merge_overlapping(void)
 {
     setup();
-    struct mrc_entry *a = get(&dom_a, 0x100000, PG, LW);
-    struct mrc_entry *b = get(&dom_a, 0x101000, PG, LW);      /* adjacent: merged */
-    CHECK(mrc_entry_start(b) == 0x100000 && mrc_entry_len(b) == 2 * PG);
+    struct mrc_entry *a = get(&dom_a, 0x100000, 2 * PG, LW);
+    struct mrc_entry *b = get(&dom_a, 0x101000, 2 * PG, LW);   /* shares a page: merged */
+    CHECK(mrc_entry_start(b) == 0x100000 && mrc_entry_len(b) == 3 * PG);
     CHECK(fb.regs == 2);
     /* a left the tree but stays valid for its user. */
     CHECK(reg_of(a)->live);
@@ -241,6 +241,44 @@ static void test_merge_adjacent_and_overlapping(void)
     mrc_cache_put(&cache, b);
     mrc_cache_put(&cache, c2);
     CHECK(indexed() == 1);
+}
+
+/* Neighbours that only touch stay apart: their union would pin no less than they do, and
+ * registering it would pin the neighbour's pages again. */
+static void test_adjacent_entries_stay_apart(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x100000, PG, LW);
+    struct mrc_entry *b = get(&dom_a, 0x101000, PG, LW);
+    CHECKF(mrc_entry_start(b) == 0x101000 && mrc_entry_len(b) == PG, "registered [%#llx, +%llu)",
+           (unsigned long long)mrc_entry_start(b), (unsigned long long)mrc_entry_len(b));
+    CHECK(fb.regs == 2 && fb.reg_bytes == 2 * PG && indexed() == 2);
+    mrc_cache_put(&cache, a);
+    mrc_cache_put(&cache, b);
+    CHECK(fb.live == 2);   /* both cached */
+}
+
+/* A merge may at most double what the miss registers: a one-page request overlapping a
+ * long entry registers its own page, and a chain of overlapping buffers re-registers no
+ * more than twice its bytes in all. */
+static void test_merge_at_most_doubles_the_request(void)
+{
+    setup();
+    struct mrc_entry *big = get(&dom_a, 0x200000, 16 * PG, LW);
+    struct mrc_entry *p = get(&dom_a, 0x20f000, 2 * PG, LW);  /* its last page and the next */
+    CHECKF(mrc_entry_start(p) == 0x20f000 && mrc_entry_len(p) == 2 * PG, "registered [%#llx, +%llu)",
+           (unsigned long long)mrc_entry_start(p), (unsigned long long)mrc_entry_len(p));
+    CHECK(reg_of(big)->live && indexed() == 2);
+    mrc_cache_put(&cache, big);
+    mrc_cache_put(&cache, p);
+
+    /* Eight buffers of four pages, each overlapping the one before by a page. */
+    setup();
+    uint64_t b0 = fb.reg_bytes;
+    for (uint64_t i = 0; i < 8; i++)
+        mrc_cache_put(&cache, get(&dom_a, 0x400000 + i * 3 * PG, 4 * PG, LW));
+    CHECKF(fb.reg_bytes - b0 <= 2 * 8 * 4 * PG, "registered %llu bytes for 8 requests of %llu",
+           (unsigned long long)(fb.reg_bytes - b0), (unsigned long long)(4 * PG));
 }
 
 /* The newest MRC_YOUNG entries wait outside the tree: a lookup no hint serves still
@@ -1356,13 +1394,13 @@ static void test_supersede_entry_made_during_registration(void)
 }
 
 /* A miss that merges an entry an unmap has begun to take. The unmap has announced its
- * range and waits for the lock, which the miss (queued first) takes: its lookup still
- * finds the neighbour's entry and merges it. Its registration then pins the neighbour's
- * pages after the unmap's begin returned and before the munmap (gen counts the page's
- * mappings). Once the munmap is done, a registration of the neighbour's address on
- * another thread, before the unmap's done, must not be handed that registration. (The
- * order of the two waiters is the lock's: if the unmap went first, nothing merges, and
- * the test says SKIP.) */
+ * range (the entry's second page) and waits for the lock, which the miss (queued first)
+ * takes: its request overlaps the entry's first page, so its lookup still finds the
+ * entry and merges it. Its registration then pins the unmapped page after the unmap's
+ * begin returned and before the munmap (gen counts the page's mappings). Once the munmap
+ * is done, a registration of that page on another thread, before the unmap's done, must
+ * not be handed that registration. (The order of the two waiters is the lock's: if the
+ * unmap went first, nothing merges, and the test says SKIP.) */
 static uint64_t mu_gen, mu_pinned_gen;
 static int mu_begun, mu_munmapped;
 static struct mrc_entry *mu_got;
@@ -1379,18 +1417,18 @@ static int mu_pin(uint64_t addr, uint64_t len)
 static void *mu_miss(void *arg)
 {
     (void)arg;
-    mu_got = get(&dom_a, 0x7300000, PG, LW);
+    mu_got = get(&dom_a, 0x7300000, 2 * PG, LW);
     return NULL;
 }
 
 static void *mu_unmap(void *arg)
 {
     (void)arg;
-    uint64_t t = mrc_cache_unmap_begin(&cache, 0x7301000, PG, MRC_INVAL_MUNMAP);
+    uint64_t t = mrc_cache_unmap_begin(&cache, 0x7302000, PG, MRC_INVAL_MUNMAP);
     __atomic_store_n(&mu_begun, 1, __ATOMIC_SEQ_CST);
     while (!__atomic_load_n(&mu_munmapped, __ATOMIC_SEQ_CST))
         sched_yield();
-    mrc_cache_unmap_done(&cache, t, 0x7301000, PG, MRC_INVAL_MUNMAP);
+    mrc_cache_unmap_done(&cache, t, 0x7302000, PG, MRC_INVAL_MUNMAP);
     return NULL;
 }
 
@@ -1399,7 +1437,7 @@ static void test_merge_across_an_unmap_begun(void)
     setup_hooked(1000, 1ull << 40);
     mu_gen = mu_pinned_gen = 0;
     mu_begun = mu_munmapped = 0;
-    mrc_cache_put(&cache, get(&dom_a, 0x7301000, PG, LW));
+    mrc_cache_put(&cache, get(&dom_a, 0x7301000, 2 * PG, LW));
     in_reg = mu_pin;
     pthread_t m, u;
     struct timespec ms = { 0, 20 * 1000 * 1000 };
@@ -1414,13 +1452,13 @@ static void test_merge_across_an_unmap_begun(void)
     pthread_mutex_unlock(&cache.lock);
     pthread_join(m, NULL);
     __atomic_fetch_add(&mu_gen, 1, __ATOMIC_SEQ_CST);   /* the munmap */
-    struct mrc_entry *h = get(&dom_a, 0x7301000, PG, LW);
+    struct mrc_entry *h = get(&dom_a, 0x7302000, PG, LW);
     CHECKF(!(h == mu_got && mu_pinned_gen < mu_gen), "served [%#llx, +%llu), pinned before the munmap",
            (unsigned long long)mrc_entry_start(h), (unsigned long long)mrc_entry_len(h));
     mrc_cache_put(&cache, h);
     __atomic_store_n(&mu_munmapped, 1, __ATOMIC_SEQ_CST);
     pthread_join(u, NULL);
-    if (mrc_entry_len(mu_got) < 2 * PG)
+    if (mrc_entry_len(mu_got) < 3 * PG)
         SKIP_TEST("the unmap took the lock before the miss: nothing was merged");
     mrc_cache_put(&cache, mu_got);
 }
@@ -1453,18 +1491,18 @@ static void test_parked_slots_full_flush_and_evict(void)
     CHECK(cache.nparked == 0 && indexed() == 0 && cache.tree_count == 0);
     CHECK(fb.live == 0 && fb.deregs == runs * per);
 
-    /* Eviction after a registration: 45 idle one-page entries and A, at the byte limit.
-     * A miss next to A registers their union (so its entry goes in after the back-end
-     * call), and an unmap parks the 45 meanwhile: over the limit, the miss must settle
-     * them, not evict them out of a tree they are no longer in. */
-    setup_hooked(100000, 46 * PG);
+    /* Eviction after a registration: 45 idle one-page entries and A (two pages), at the
+     * byte limit. A miss overlapping A registers their union (so its entry goes in after
+     * the back-end call), and an unmap parks the 45 meanwhile: over the limit, the miss
+     * must settle them, not evict them out of a tree they are no longer in. */
+    setup_hooked(100000, 47 * PG);
     for (uint64_t i = 0; i < 45; i++)
         mrc_cache_put(&cache, get(&dom_a, 0x70000000 + i * 2 * PG, PG, LW));
-    mrc_cache_put(&cache, get(&dom_a, 0x71000000, PG, LW));
+    mrc_cache_put(&cache, get(&dom_a, 0x71000000, 2 * PG, LW));
     in_reg = park_45;
-    struct mrc_entry *e = get(&dom_a, 0x71001000, PG, LW);
+    struct mrc_entry *e = get(&dom_a, 0x71001000, 2 * PG, LW);
     CHECK(in_reg == NULL && cache.nparked == 0 && tree_nodes() != (size_t)-1);
-    CHECK(mrc_entry_start(e) == 0x71000000 && mrc_entry_len(e) == 2 * PG);
+    CHECK(mrc_entry_start(e) == 0x71000000 && mrc_entry_len(e) == 3 * PG);
     CHECK(cache.tree_count == 1 && indexed() == 1 && fb.deregs == 46 && fb.live == 1);
     mrc_cache_put(&cache, e);
     mrc_cache_flush(&cache, NULL, NULL);
@@ -1739,7 +1777,7 @@ static void test_pool_gets_race_refills(void)
 static uint64_t slot_gen[STRESS_SLOTS];
 static uint64_t done_gen[STRESS_SLOTS];
 static uint64_t stress_violations;
-/* Slots a page apart (neighbours merge into larger entries) or two (one entry per slot,
+/* Slots a page apart (requests of two slots merge into larger entries) or two (one entry per slot,
  * so that an unmap over more than 32 of them parks a run). */
 static uint64_t stress_stride = PG;
 static int stress_long_runs;
@@ -1774,14 +1812,20 @@ static void *stress_user(void *arg)
     struct mrc_entry *held = NULL;
     for (int i = 0; i < STRESS_OPS; i++) {
         unsigned s = (unsigned)rand_r(&seed) % STRESS_SLOTS;
+        /* Slots a page apart: a request of two overlaps its neighbours' entries, and
+         * merges them. */
+        unsigned n = stress_stride == PG && s + 1 < STRESS_SLOTS ? 1 + (unsigned)rand_r(&seed) % 2 : 1;
         struct mrc_entry *e = NULL;
-        uint64_t before = __atomic_load_n(&done_gen[s], __ATOMIC_SEQ_CST);
+        uint64_t before[2];
+        for (unsigned k = 0; k < n; k++)
+            before[k] = __atomic_load_n(&done_gen[s + k], __ATOMIC_SEQ_CST);
         uint64_t addr = 0x10000000 + (uint64_t)s * stress_stride;
-        if (mrc_cache_get(&cache, &dom_a, addr, PG, addr, LW, &e) != 0)
+        if (mrc_cache_get(&cache, &dom_a, addr, n * PG, addr, LW, &e) != 0)
             continue;
         struct stress_reg *r = e->reg;
-        if (r->gen[s] < before)
-            __atomic_fetch_add(&stress_violations, 1, __ATOMIC_RELAXED);
+        for (unsigned k = 0; k < n; k++)
+            if (r->gen[s + k] < before[k])
+                __atomic_fetch_add(&stress_violations, 1, __ATOMIC_RELAXED);
         /* Each entry is held until the next one is in hand, as a program keeps an MR
          * while it uses it: an invalidated entry with a user is exactly what the hints
          * must no longer hand out. */
@@ -1946,12 +1990,13 @@ static void test_large_registrations_not_kept(void)
     struct mrc_entry *hit = get(&dom_a, 0x100000, PG, LW);
     CHECK(hit == small && fb.regs == 3);            /* the small one stayed */
     mrc_cache_put(&cache, hit);
-    /* Exactly the bound is kept; a neighbour whose union would pass it is not merged. */
+    /* Exactly the bound is kept; an overlapping request whose union would pass it (23
+     * pages, within twice the request and half the byte limit) is not merged. */
     struct mrc_entry *edge = get(&dom_a, 0x400000, 16 * PG, LW);
     CHECK(edge && !(edge->flags & MRC_E_PRIVATE));
     mrc_cache_put(&cache, edge);
-    struct mrc_entry *next = get(&dom_a, 0x400000 + 16 * PG, PG, LW);
-    CHECK(next && mrc_entry_len(next) == PG);
+    struct mrc_entry *next = get(&dom_a, 0x400000 + 8 * PG, 15 * PG, LW);
+    CHECK(next && next != edge && mrc_entry_len(next) == 15 * PG && !(next->flags & MRC_E_PRIVATE));
     mrc_cache_put(&cache, next);
     struct mrc_stats_block s;
     mrc_stats_sum(&s);
@@ -2088,7 +2133,9 @@ int main(void)
     RUN(test_remote_never_policy);
     RUN(test_semantic_flag_must_match);
     RUN(test_domain_and_iova_offset_in_key);
-    RUN(test_merge_adjacent_and_overlapping);
+    RUN(test_merge_overlapping);
+    RUN(test_adjacent_entries_stay_apart);
+    RUN(test_merge_at_most_doubles_the_request);
     RUN(test_no_merge_across_keys_or_remote);
     RUN(test_supersede_entry_made_during_registration);
     RUN(test_merge_across_an_unmap_begun);

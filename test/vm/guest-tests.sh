@@ -327,21 +327,28 @@ ucx() {
     fi
 }
 
+# none_and_pre NAME PROGRAM: runs $BIN/PROGRAM none, then under the preload PROGRAM
+# preload, into $OUT/NAME.none and $OUT/NAME.pre (empty without the library), showing
+# their output except the "# NAME" figure rows, which the caller tabulates.
+none_and_pre() {
+    "$BIN/$2" none >"$OUT/$1.none" 2>&1
+    grep -v "^# $1" "$OUT/$1.none"
+    if [ "$have_lib" = 1 ]; then
+        pre "$1" "$BIN/$2" preload >"$OUT/$1.pre" 2>&1
+        grep -v "^# $1" "$OUT/$1.pre"
+        preload_failed "$OUT/$1.pre" && notok "$1_preload_loaded"
+        show_stats "$1" "$OUT/$1.pre"
+    else
+        notok "$1_preload" "no libmrcache.so"
+        : >"$OUT/$1.pre"
+    fi
+}
+
 # ------------------------------------------------------------------ registration cost
 # ibv_reg_mr + ibv_dereg_mr, 4 KiB to 256 MiB, medians: the provider's cost without the
 # preload, the cache-hit cost with it. The CPU is emulated (TCG): ratios, not absolutes.
 regcost() {
-    "$BIN/vm_regcost" none >"$OUT/regcost.none" 2>&1
-    grep -v '^# regcost' "$OUT/regcost.none"
-    if [ "$have_lib" = 1 ]; then
-        pre regcost "$BIN/vm_regcost" preload >"$OUT/regcost.pre" 2>&1
-        grep -v '^# regcost' "$OUT/regcost.pre"
-        preload_failed "$OUT/regcost.pre" && notok regcost_preload_loaded
-        show_stats regcost "$OUT/regcost.pre"
-    else
-        notok regcost_preload "no libmrcache.so"
-        : >"$OUT/regcost.pre"
-    fi
+    none_and_pre regcost vm_regcost
     # A hit must cost far less than the registration it replaces: at >= 1 MiB the real one
     # takes 100 us or more even here, so a factor of 5 leaves room for TCG's noise.
     if [ "$have_lib" = 1 ]; then
@@ -368,6 +375,28 @@ regcost() {
                 hit = (("preload", s) in t) ? sprintf("%16.1f", t["preload", s]) : sprintf("%16s", "-")
                 ratio = (("preload", s) in t) && t["preload", s] > 0 ? sprintf("%9.1fx", t["none", s] / t["preload", s]) : sprintf("%10s", "-")
                 printf "# %10s %12.1f %10.1f %10.1f %s %s\n", human(s), t["none", s], r["none", s], d["none", s], hit, ratio
+            }
+        }'
+}
+
+# ------------------------------------------------------------------ end to end
+# make bench's end-to-end workload over rxe: 8 buffers in turn, each message an RDMA
+# WRITE, registering every message against registering each buffer once (alternated in
+# one process), without and with the preload. Data is checked; speed only reported.
+e2e() {
+    none_and_pre e2e vm_e2e
+    echo "# End to end on rxe: messages per CPU second (emulated CPU: compare ratios); 'once'"
+    echo "# registers each buffer once, in the same process, rounds alternated; x once is the"
+    echo "# median of each per-message round over its neighbouring once-round."
+    cat "$OUT/e2e.none" "$OUT/e2e.pre" | awk '
+        $2 == "e2e" { r[$3, $4] = $5; o[$3, $4] = $6; p[$3, $4] = $7; if (!($4 in seen)) { seen[$4] = 1; order[n++] = $4 } }
+        function human(b) { return b >= 1048576 ? b / 1048576 " MiB" : b / 1024 " KiB" }
+        END {
+            printf "# %8s %12s %9s %12s %12s %9s\n", "message", "no cache", "x once", "libmrcache", "once", "x once"
+            for (i = 0; i < n; i++) {
+                s = order[i]
+                printf "# %8s %12.1f %8.3fx %12.1f %12.1f %8.3fx\n", human(s), r["none", s], p["none", s],
+                       r["preload", s], o["preload", s], p["preload", s]
             }
         }'
 }
@@ -599,6 +628,7 @@ want stale && stale_mr
 want perftest && perftest
 want ucx && ucx
 want regcost && regcost
+want e2e && e2e
 want ptest && preload_tests
 want demo && demo
 want mpi && mpi
