@@ -100,9 +100,9 @@ static inline void check_skip(const char *name, const char *why)
 #define CHECK_CAP_IPC_LOCK 14   /* <linux/capability.h>: pins without RLIMIT_MEMLOCK */
 #define CHECK_CAP_SYS_ADMIN 21  /* ... reads page frame numbers in /proc/PID/pagemap */
 
-/* Whether capability cap is in this process's effective set (CapEff in
- * /proc/self/status). No allocation: callable while a test lays out the heap. */
-static inline int check_has_cap(int cap)
+/* The value of field ("CapEff:", "VmPin:") in /proc/self/status, read as a number in
+ * base, or -1 without it. No allocation: callable while a test lays out the heap. */
+static inline long long check_status_field(const char *field, int base)
 {
     char buf[4096];
     int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
@@ -110,10 +110,17 @@ static inline int check_has_cap(int cap)
     if (fd >= 0)
         close(fd);
     if (n <= 0)
-        return 0;
+        return -1;
     buf[n] = 0;
-    const char *p = strstr(buf, "CapEff:");
-    return p && ((strtoull(p + 7, NULL, 16) >> cap) & 1);
+    const char *p = strstr(buf, field);
+    return p ? (long long)strtoull(p + strlen(field), NULL, base) : -1;
+}
+
+/* Whether capability cap is in this process's effective set (CapEff). */
+static inline int check_has_cap(int cap)
+{
+    long long caps = check_status_field("CapEff:", 16);
+    return caps > 0 && ((caps >> cap) & 1);
 }
 
 /* bytes as a reason says it: "40 MiB", "1029 MiB", "394.6 MiB", "64 KiB". */

@@ -57,6 +57,13 @@ void mrc_verbs_disown(struct ibv_mr *mr)
 
 const struct mrc_cache_ops mrc_verbs_ops = { verbs_reg, verbs_dereg, NULL };
 
+void mrc_verbs_keys(const void *reg, uint32_t *lkey, uint32_t *rkey)
+{
+    const struct ibv_mr *mr = reg;
+    *lkey = mr->lkey;
+    *rkey = mr->rkey;
+}
+
 uint32_t mrc_verbs_remote_mask(void)
 {
     /* Everything a peer can use an rkey for; MW_BIND lets it be delegated. */

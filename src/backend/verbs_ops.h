@@ -10,6 +10,9 @@
 
 extern const struct mrc_cache_ops mrc_verbs_ops;
 
+/* The lkey and rkey of a registration mrc_verbs_ops made (the cache params' keys). */
+void mrc_verbs_keys(const void *reg, uint32_t *lkey, uint32_t *rkey);
+
 /* mr, a registration mrc_verbs_ops made, was handed out of the cache (mrc_cache_take):
  * lets go of what the back-end attached to it (the userfaultfd watch of its range).
  * Before mr is changed (rereg), while its addr and length are still as registered. Not

@@ -80,8 +80,13 @@ MRC_HOT static void gauge_made_locked(struct mrc_cache *c, uint64_t len)
     uint64_t n = c->reg_made - LD(&c->reg_freed), b = c->reg_made_bytes - LD(&c->reg_freed_bytes);
     if (n > c->reg_count_peak)
         ST(&c->reg_count_peak, n);
-    if (b > c->reg_bytes_peak)
+    if (b > c->reg_bytes_peak) {
         ST(&c->reg_bytes_peak, b);
+        if (__builtin_expect(c->p.pinned_notice_bytes && b > c->p.pinned_notice_bytes && !c->pinned_noticed, 0)) {
+            c->pinned_noticed = 1;
+            c->p.pinned_notice(b);
+        }
+    }
 }
 
 /* Announces a miss to concurrent unmaps (see mrc_cache_unmap_begin); done when it has
@@ -123,6 +128,10 @@ int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p)
     static const uint32_t never;
     if (!c->p.admit_armed || !c->p.admit)
         c->p.admit_armed = &never;
+    if (!c->p.max_entry_bytes)
+        c->p.max_entry_bytes = UINT64_MAX;
+    if (!c->p.pinned_notice)
+        c->p.pinned_notice_bytes = 0;
     c->id = __atomic_fetch_add(&next_cache_id, 1, __ATOMIC_RELAXED);
     pthread_mutex_init(&c->lock, NULL);
     mrc_itree_init(&c->tree);
@@ -609,7 +618,8 @@ static int same_key(const struct mrc_entry *e, const void *domain, int64_t iova_
 }
 
 /* The longest union a miss for the page-rounded [first, last] may register, less one:
- * twice the request, and under half the byte limit. A merge re-registers the bytes of the
+ * twice the request, under half the byte limit, and no more than one entry may hold
+ * (max_entry_bytes). A merge re-registers the bytes of the
  * entries it absorbs, so it may cost no more than registering the request again: a
  * program registering buffer after buffer does at most twice the registration work it
  * would do without merging, never the square of it. */
@@ -618,6 +628,8 @@ static uint64_t merge_cap(const struct mrc_cache *c, uint64_t first, uint64_t la
     uint64_t len = last - first + 1, cap = c->p.max_bytes / 2;
     if (len && len <= cap / 2)
         cap = 2 * len;
+    if (cap > c->p.max_entry_bytes)
+        cap = c->p.max_entry_bytes;
     return cap ? cap - 1 : 0;
 }
 
@@ -720,7 +732,7 @@ MRC_HOT static void supersede_locked(struct mrc_cache *c, struct mrc_entry *e, v
 
 /* Fills in a fresh entry (ref still 0) for a registration just made; the caller counts
  * it in the gauges (gauge_made_locked). */
-MRC_HOT static void entry_init(struct mrc_entry *e, void *domain, uint64_t first, uint64_t last,
+MRC_HOT static void entry_init(struct mrc_cache *c, struct mrc_entry *e, void *domain, uint64_t first, uint64_t last,
                                int64_t iova_off, uint32_t access, void *reg)
 {
     /* Relaxed atomic stores: a stale hint may be reading these; it cannot take a
@@ -731,6 +743,7 @@ MRC_HOT static void entry_init(struct mrc_entry *e, void *domain, uint64_t first
     ST(&e->iova_off, iova_off);
     ST(&e->access, access);
     ST(&e->flags, 0u);
+    ST(&e->used, LD(&c->idle_clock));
     e->reg = reg;
 }
 
@@ -739,7 +752,7 @@ static struct mrc_entry *entry_new(struct mrc_cache *c, void *domain, uint64_t f
 {
     struct mrc_entry *e = mrc_pool_get(&c->entries);
     if (e) {
-        entry_init(e, domain, first, last, iova_off, access, reg);
+        entry_init(c, e, domain, first, last, iova_off, access, reg);
         pthread_mutex_lock(&c->lock);
         gauge_made_locked(c, last - first + 1);
         pthread_mutex_unlock(&c->lock);
@@ -823,6 +836,13 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
         mrc_stat_add(MRC_STAT_UNCACHED, 1);
         return get_private(c, domain, first, last, iova_off, access, out);
     }
+    if (__builtin_expect(len > c->p.max_entry_bytes, 0)) {
+        /* Kept, it would push most of the cache out, for one buffer: never an entry
+         * can serve it (merges stay within the bound), so no lookup either. */
+        mrc_stat_add(MRC_STAT_UNCACHED, 1);
+        mrc_stat_add(MRC_STAT_UNCACHED_LARGE, 1);
+        return get_private(c, domain, first, last, iova_off, access, out);
+    }
 
     struct mrc_thread_state *t = thread_state(c);
     struct mrc_entry *e = hint_lookup(c, t, domain, first, last, iova_off, access);
@@ -894,7 +914,7 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
         mrc_stat_add(MRC_STAT_REG_FAILURES, 1);
         return rc;
     }
-    entry_init(e, domain, rf, rl, iova_off, access, reg);
+    entry_init(c, e, domain, rf, rl, iova_off, access, reg);
 
     struct mrc_entry *victims = NULL;
     pthread_mutex_lock(&c->lock);
@@ -992,6 +1012,12 @@ __attribute__((noinline, cold)) static void evict_released(struct mrc_cache *c, 
 
 MRC_HOT int mrc_cache_put(struct mrc_cache *c, struct mrc_entry *e)
 {
+    /* Stamped before the reference goes: an expiry that then finds the entry idle sees
+     * this release's tick (see expire_chunk_locked). A store only when the tick moved,
+     * on the line the reference is on. */
+    uint32_t now = LD(&c->idle_clock);
+    if (LD(&e->used) != now)
+        ST(&e->used, now);
     uint32_t old = __atomic_fetch_sub(&e->ref, 1, __ATOMIC_SEQ_CST);
     if (old == 1)
         return release_last(c, e, 1);
@@ -1056,6 +1082,111 @@ uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entr
     return flush(c, match, arg, &refused);
 }
 
+/* Entries an expiry looks at per hold of the lock: a few microseconds of a miss's wait. */
+#define EXPIRE_CHUNK 256
+
+/* One chunk of an expiry (under the lock): up to EXPIRE_CHUNK entries from the LRU's
+ * head, of the *left still to see. Each idle one unused for ticks goes onto *victims;
+ * every other moves to the tail, so the LRU's order is kept and the next chunk starts
+ * where this one ended. The reference is taken first and the stamp read after: a
+ * release stamps before it lets go, so an entry released since the walk began is seen
+ * used, and given back. */
+static uint64_t expire_chunk_locked(struct mrc_cache *c, uint32_t ticks, uint64_t *left, struct mrc_entry **victims)
+{
+    uint64_t n = 0;
+    uint32_t now = LD(&c->idle_clock);
+    for (unsigned k = 0; k < EXPIRE_CHUNK && *left && c->lru.lru_next != &c->lru; k++, (*left)--) {
+        struct mrc_entry *e = c->lru.lru_next;
+        uint32_t idle = 1;
+        if ((uint32_t)(now - LD(&e->used)) >= ticks &&
+            __atomic_compare_exchange_n(&e->ref, &idle, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+            if ((uint32_t)(now - LD(&e->used)) >= ticks) {
+                entry_remove_locked(c, e);
+                e->lru_next = *victims;
+                *victims = e;
+                n++;
+                continue;
+            }
+            __atomic_store_n(&e->ref, 1u, __ATOMIC_RELEASE);   /* nobody can take it at 0 */
+        }
+        lru_unlink(e);
+        lru_add_tail(c, e);
+    }
+    return n;
+}
+
+uint64_t mrc_cache_expire(struct mrc_cache *c, uint32_t ticks)
+{
+    __atomic_store_n(&c->idle_clock, LD(&c->idle_clock) + 1, __ATOMIC_RELAXED);
+    if (!LD(&c->tree_count) && !LD(&c->ndeferred) && !LD(&c->nparked))
+        return 0;
+    stats_ready();
+    pthread_mutex_lock(&c->lock);
+    settle_locked(c);
+    uint64_t left = c->tree_count, total = 0;
+    struct mrc_entry *victims = take_deferred_locked(c);
+    for (;;) {
+        uint64_t n = expire_chunk_locked(c, ticks, &left, &victims);
+        total += n;
+        mrc_stat_add(MRC_STAT_EXPIRED, n);
+        /* The moves gave entries fresh LRU stamps: past a limit still, every release
+         * must again look old enough to read over_limit (see evict_locked). */
+        if (LD(&c->over_limit)) {
+            uint32_t over = (uint32_t)over_limits_locked(c);
+            ST(&c->over_limit, over);
+            if (over)
+                ST(&c->lru_clock, c->lru_clock + c->tree_count + 1);
+        }
+        pthread_mutex_unlock(&c->lock);
+        mrc_cache_dereg_list(c, victims);
+        victims = NULL;
+        if (!left)
+            return total;
+        pthread_mutex_lock(&c->lock);
+        settle_locked(c);
+        if (left > c->tree_count)
+            left = c->tree_count;
+    }
+}
+
+/* Puts m into the list of the n largest so far (*k of them, largest first). */
+static void largest_add(struct mrc_cache_mr *out, unsigned n, unsigned *k, const struct mrc_cache_mr *m)
+{
+    unsigned i = *k < n ? (*k)++ : n;
+    while (i > 0 && out[i - 1].len < m->len) {
+        if (i < n)
+            out[i] = out[i - 1];
+        i--;
+    }
+    if (i < n)
+        out[i] = *m;
+}
+
+unsigned mrc_cache_largest(struct mrc_cache *c, struct mrc_cache_mr *out, unsigned n)
+{
+    unsigned k = 0;
+    if (!n)
+        return 0;
+    stats_ready();
+    pthread_mutex_lock(&c->lock);
+    settle_locked(c);
+    uint32_t now = LD(&c->idle_clock);
+    for (struct mrc_entry *e = c->lru.lru_next; e != &c->lru; e = e->lru_next) {
+        uint32_t users = __atomic_load_n(&e->ref, __ATOMIC_RELAXED);
+        struct mrc_cache_mr m = {
+            .addr = mrc_entry_start(e), .len = mrc_entry_len(e), .access = e->access,
+            .users = users ? users - 1 : 0, .idle_ticks = users > 1 ? 0 : now - LD(&e->used),
+        };
+        if (k == n && out[n - 1].len >= m.len)
+            continue;
+        if (c->p.keys)
+            c->p.keys(e->reg, &m.lkey, &m.rkey);
+        largest_add(out, n, &k, &m);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return k;
+}
+
 int mrc_cache_take(struct mrc_cache *c, struct mrc_entry *e, void **reg)
 {
     stats_ready();
@@ -1103,9 +1234,11 @@ void mrc_cache_forget(struct mrc_cache *c)
      * copied in the child). */
     struct mrc_cache_params p = c->p;
     int closed = c->closed;
+    uint32_t noticed = c->pinned_noticed;
     struct mrc_hint *shared = c->shared;
     mrc_cache_init(c, &p);
     c->closed = closed;   /* the child inherits the reason it was closed */
+    c->pinned_noticed = noticed;   /* and what was said */
     if (shared)
         mrc_raw_unmap(shared, SHARED_BYTES);
 }

@@ -37,6 +37,8 @@ struct mrc_cache_params {
     struct mrc_cache_ops ops;
     uint64_t max_entries;        /* idle entries are evicted (LRU) past this many in the tree */
     uint64_t max_bytes;          /* ... or past this many registered bytes in the tree */
+    uint64_t max_entry_bytes;    /* a request larger than this is never kept: registered for
+                                  * its caller alone (0: no such bound); merges stay within it */
     uint64_t max_deferred_bytes; /* past this many deferred bytes (and parked runs' ranges),
                                   * deferred_full is called */
     uint64_t page_size;
@@ -66,6 +68,15 @@ struct mrc_cache_params {
      * as if never asked. Called without the cache lock; must not call back into the cache. */
     int (*expand)(void *arg, uint32_t access, uint64_t qf, uint64_t ql, uint64_t *first, uint64_t *last);
     void *expand_arg;
+    /* Optional: the keys the NIC and a peer know a back-end registration by, for
+     * mrc_cache_largest. Called under the cache lock: must only read reg. */
+    void (*keys)(const void *reg, uint32_t *lkey, uint32_t *rkey);
+    /* Optional: called once, the first time a registration makes the bytes registered
+     * through the cache (cached, in use, deferred) pass pinned_notice_bytes (0: never),
+     * with those bytes. Under the cache lock: must not allocate or call into the cache
+     * (a log line written with write(2) is what it is for). */
+    uint64_t pinned_notice_bytes;
+    void (*pinned_notice)(uint64_t bytes);
 };
 
 /* Entry flags. */
@@ -80,6 +91,7 @@ struct mrc_entry {
     uint32_t access;
     uint32_t ref;                 /* 1 while in the tree + 1 per user; 0 = dead */
     uint32_t flags;
+    uint32_t used;                /* idle_clock at its last release (mrc_cache_expire) */
     void *reg;                    /* the back-end's registration */
     uint64_t lru_stamp;           /* lru_clock when last moved to the LRU's tail */
     struct mrc_entry *lru_prev, *lru_next;  /* LRU while in the tree, deferred list after */
@@ -109,12 +121,14 @@ struct mrc_cache {
     uint32_t shared_failed;       /* their table could not be mapped: not tried again */
     uint32_t active;              /* set by the first get: until then invalidation is free */
     uint32_t first_timed;         /* the first back-end registration's time is counted apart */
+    uint32_t pinned_noticed;      /* pinned_notice was called (under the lock) */
     /* Read on every call, written when invalidations defer or drains run. */
     uint64_t ndeferred MRC_LINE;
     uint64_t deferred_bytes;
     uint64_t lru_clock;           /* LRU moves so far (advanced past every entry while the
                                    * tree is over a limit): tells a put whether a move is due */
     uint64_t tree_count;          /* entries in the tree, young or parked (under the lock) */
+    uint32_t idle_clock;          /* mrc_cache_expire's ticks so far: a release stamps it */
     uint32_t nparked;             /* runs in parked[] (written under the lock) */
     uint32_t over_limit;          /* the last eviction left the tree past a limit, every
                                    * entry in use: releases evict (under the lock) */
@@ -232,6 +246,27 @@ void mrc_cache_refill(struct mrc_cache *c);
  * entries stay registered: in use, or refused by the back-end again. */
 uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),
                          void *arg);
+
+/* Advances the idle clock by one tick and deregisters the idle entries (in the tree, no
+ * user) not released during the last `ticks` ticks, and the deferred ones; the LRU's
+ * order is kept. Called at a steady period P, an entry goes after between (ticks - 1) P
+ * and ticks P without use. The lock is let go every few hundred entries, so misses wait
+ * microseconds, not a walk of the whole cache. Returns how many it deregistered. Not
+ * from a hook. */
+uint64_t mrc_cache_expire(struct mrc_cache *c, uint32_t ticks);
+
+/* One cached registration, as the dump lists them. */
+struct mrc_cache_mr {
+    uint64_t addr, len;           /* the registered range (rounded or merged) */
+    uint32_t lkey, rkey, access;
+    uint32_t users;               /* handles holding it now; 0: idle */
+    uint32_t idle_ticks;          /* idle clock ticks since its last release (users == 0) */
+};
+
+/* The n largest registrations in the tree, largest first, into out[]; returns how many
+ * (at most n). Takes the lock for a walk of the whole cache: for dumps, not for a hot
+ * path. Not from a hook. */
+unsigned mrc_cache_largest(struct mrc_cache *c, struct mrc_cache_mr *out, unsigned n);
 
 /* Takes e, which the caller holds, out of the cache if the caller alone holds it: 0, and
  * *reg is the back-end registration, the caller's from now on (to change or deregister

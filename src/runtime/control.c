@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -109,6 +110,40 @@ static void collect(struct mrc_report *r)
     r->monitor = mrc_rt_monitor_name();
 }
 
+/* collect, and the largest cached registrations (MRCACHE_DUMP_MRS) for a dump. Returns
+ * their list, for the caller to free; NULL if none were asked for or there is no memory. */
+static struct mrc_report_mr *collect_dump(struct mrc_report *r)
+{
+    collect(r);
+    r->mrs = NULL;
+    r->nmrs = 0;
+    uint64_t period_ns = mrc_rt_expire_period_ns();
+    r->idle_precision_ms = (period_ns + 999999) / 1000000;
+    uint64_t n = mrc_rt.cfg.dump_mrs < r->g.tree_entries ? mrc_rt.cfg.dump_mrs : r->g.tree_entries;
+    if (!n)
+        return NULL;
+    struct mrc_cache_mr *found = calloc(n, sizeof(*found));
+    struct mrc_report_mr *mrs = calloc(n, sizeof(*mrs));
+    if (found && mrs) {
+        unsigned k = mrc_cache_largest(&mrc_rt.cache, found, (unsigned)n);
+        for (unsigned i = 0; i < k; i++) {
+            const struct mrc_cache_mr *f = &found[i];
+            mrs[i] = (struct mrc_report_mr){
+                .addr = f->addr, .len = f->len, .lkey = f->lkey, .rkey = f->rkey, .access = f->access,
+                .users = f->users,
+                .idle_ms = f->users || !period_ns ? MRC_REPORT_IDLE_UNKNOWN : f->idle_ticks * period_ns / 1000000,
+            };
+        }
+        r->mrs = mrs;
+        r->nmrs = k;
+    } else {
+        free(mrs);
+        mrs = NULL;
+    }
+    free(found);
+    return mrs;
+}
+
 int mrc_rt_api_stats_read(size_t size, struct mrcache_stats *out)
 {
     if (!out || size < MRCACHE_STATS_SIZE_V1)
@@ -205,8 +240,9 @@ int mrc_rt_api_stats_dump(int fd, unsigned flags)
             return out;
     }
     struct mrc_report r;
-    collect(&r);
+    struct mrc_report_mr *mrs = collect_dump(&r);
     rc = mrc_report_write(out, &r, json);
+    free(mrs);
     if (out != fd && out != 2)
         close(out);
     return rc;
@@ -223,16 +259,19 @@ void mrc_rt_dump_at_exit(void)
     if (configured_off())
         return;
     struct mrc_report r;
-    collect(&r);
+    struct mrc_report_mr *mrs = collect_dump(&r);
     if (!strcmp(dest, "auto")) {
-        if (!r.s.v[MRC_STAT_REQUESTS] && !r.s.v[MRC_STAT_UNCACHED])
+        if (!r.s.v[MRC_STAT_REQUESTS] && !r.s.v[MRC_STAT_UNCACHED]) {
+            free(mrs);
             return;     /* a process that never registered stays silent */
+        }
         dest = "stderr";
     }
     int fd = mrc_report_open_exit(dest);
-    if (fd < 0)
-        return;
-    mrc_report_write(fd, &r, mrc_rt.cfg.stats_format == MRC_STATS_JSON);
-    if (fd != 2)
-        close(fd);
+    if (fd >= 0) {
+        mrc_report_write(fd, &r, mrc_rt.cfg.stats_format == MRC_STATS_JSON);
+        if (fd != 2)
+            close(fd);
+    }
+    free(mrs);
 }

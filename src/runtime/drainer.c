@@ -12,8 +12,9 @@
  * program's handlers never run on it; never keeps the process alive: once the main
  * thread has left with pthread_exit it looks every WATCH_NS whether the program's
  * threads are all gone, and then returns (glibc ends the process with exit(0) when its
- * last thread ends); until then it sleeps without a timeout; absent in a forked child
- * until its first registration. */
+ * last thread ends); until then it sleeps until woken, or with MRCACHE_IDLE_TIMEOUT until
+ * the next sweep of idle registrations (expire.c), which it makes; absent in a forked
+ * child until its first registration. */
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -68,6 +69,7 @@ static void *drainer_main(void *arg)
     for (;;) {
         uint32_t w;
         while (!(w = __atomic_exchange_n(&wake_word, 0, __ATOMIC_SEQ_CST))) {
+            mrc_rt_expire_due();
             if (idle < POLLS) {
                 struct timespec poll = { 0, POLL_NS };
                 idle++;
@@ -79,7 +81,8 @@ static void *drainer_main(void *arg)
              * sees; one that comes later sees 'polling' clear and wakes us. */
             __atomic_store_n(&polling, 0, __ATOMIC_SEQ_CST);
             if (!mrc_thread_main_left()) {
-                syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+                struct timespec sweep;
+                syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, mrc_rt_expire_wait(&sweep), NULL, 0);
                 continue;
             }
             if (mrc_thread_only_helpers()) {

@@ -61,6 +61,7 @@ void mrc_rt_first_registration(void)
      * of libraries loaded since (libibverbs, its providers). */
     atexit(on_exit_handler);
     mrc_log_notes_warn();
+    mrc_rt_warn_first_registration();
     MRC_INFO("unmap sources: %s", mrc_rt_monitor_name());
 }
 
@@ -160,8 +161,6 @@ static void sources_install(void)
          * mappings split until drained: the helper thread drains them. */
         mrc_uffd_set_drain(mrc_drainer_wake, NULL);
     }
-    if (!cfg->monitor)
-        MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
 }
 
 void mrc_init(void)
@@ -185,6 +184,7 @@ void mrc_init(void)
         .ops = mrc_verbs_ops,
         .max_entries = mrc_rt.cfg.max_entries,
         .max_bytes = max_bytes,
+        .max_entry_bytes = mrc_config_large_bytes(&mrc_rt.cfg, max_bytes),
         .max_deferred_bytes = mrc_rt.cfg.max_deferred_bytes,
         .page_size = psz > 0 ? (uint64_t)psz : 4096,
         .remote_mask = mrc_verbs_remote_mask(),
@@ -193,10 +193,13 @@ void mrc_init(void)
         .deferred_full = mrc_drainer_wake,
         .admit_armed = &mrc_maps.interest,
         .admit = mrc_rt_admit,
+        .keys = mrc_verbs_keys,
     };
     if (mrc_rt_expand_init(mrc_rt.cfg.expand, max_bytes, p.page_size))
         p.expand = mrc_rt_expand;
+    mrc_rt_warn_setup(&p);
     mrc_cache_init(&mrc_rt.cache, &p);
+    mrc_rt_expire_init();
     struct mrc_verbs_params vp = {
         .cache = &mrc_rt.cache,
         .fork_gen = &mrc_rt.fork_gen,

@@ -54,6 +54,22 @@ static inline int mrc_rt_cache_live(void)
     return __atomic_load_n(&mrc_rt.cache.active, __ATOMIC_ACQUIRE) != 0;
 }
 
+/* MRCACHE_IDLE_TIMEOUT (expire.c): set up from the configuration (init); the sweep
+ * period in ns (0: off); how long the helper thread may sleep before the next sweep
+ * (NULL: no sweeps, sleep until woken); and the sweep, made when its time has come.
+ * The last two only on the helper thread. */
+void mrc_rt_expire_init(void);
+uint64_t mrc_rt_expire_period_ns(void);
+struct timespec;
+const struct timespec *mrc_rt_expire_wait(struct timespec *ts);
+void mrc_rt_expire_due(void);
+
+/* The warnings that need a cause (warn.c): the RLIMIT_MEMLOCK notice armed in the
+ * cache's parameters (init, before the cache is made); the rest, once, at the first
+ * registration. */
+void mrc_rt_warn_setup(struct mrc_cache_params *p);
+void mrc_rt_warn_first_registration(void);
+
 /* MRCACHE_FORK's release of idle registrations before a fork (idle.c). */
 void mrc_rt_idle_before_fork(void);
 

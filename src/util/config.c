@@ -47,15 +47,22 @@ static int parse_bool(const char *s, void *f)
     return 0;
 }
 
-/* A count or a size: decimal with an optional K, M, G or T suffix (powers of 1024). */
-static int parse_u64(const char *s, void *f)
+/* The decimal number s starts with into *v, *end after it: 0, or -1 if there is none. */
+static int parse_leading(const char *s, unsigned long long *v, char **end)
 {
     if (*s == '-' || !*s)
         return -1;
     errno = 0;
+    *v = strtoull(s, end, 10);
+    return errno || *end == s ? -1 : 0;
+}
+
+/* A count or a size: decimal with an optional K, M, G or T suffix (powers of 1024). */
+static int parse_u64(const char *s, void *f)
+{
     char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
+    unsigned long long v;
+    if (parse_leading(s, &v, &end))
         return -1;
     unsigned shift = 0;
     switch (*end) {
@@ -218,6 +225,45 @@ static int parse_expand(const char *s, void *f)
     return 0;
 }
 
+/* A duration: 0 (never), or a number with ms, s (the default unit), m or h. Kept in ms. */
+static int parse_duration(const char *s, void *f)
+{
+    char *end;
+    unsigned long long v;
+    if (parse_leading(s, &v, &end))
+        return -1;
+    uint64_t unit = 1000;
+    if (!strcasecmp(end, "ms"))
+        unit = 1;
+    else if (!strcasecmp(end, "m"))
+        unit = 60000;
+    else if (!strcasecmp(end, "h"))
+        unit = 3600000;
+    else if (*end && strcasecmp(end, "s"))
+        return -1;
+    if (v > UINT64_MAX / unit / 1000000)   /* its nanoseconds must fit */
+        return -1;
+    *(uint64_t *)f = v * unit;
+    return 0;
+}
+
+/* The largest registration kept after its release: 1/N of MRCACHE_MAX_BYTES, or a size. */
+static int parse_large(const char *s, void *f)
+{
+    if (!strncmp(s, "1/", 2)) {
+        uint64_t n;
+        if (parse_positive(s + 2, &n) || (n & MRC_LARGE_FRACTION) || strpbrk(s + 2, "kKmMgGtTbB"))
+            return -1;
+        *(uint64_t *)f = MRC_LARGE_FRACTION | n;
+        return 0;
+    }
+    uint64_t v;
+    if (parse_positive(s, &v) || (v & MRC_LARGE_FRACTION))
+        return -1;
+    *(uint64_t *)f = v;
+    return 0;
+}
+
 #define ROW(n, d, h, p, field) { n, d, h, p, offsetof(struct mrc_config, field) }
 
 static const struct mrc_config_row rows[] = {
@@ -254,6 +300,12 @@ static const struct mrc_config_row rows[] = {
         parse_u64, verify),
     ROW("MRCACHE_FORK", "release", "what fork() does with idle cached registrations, whose pinned pages the kernel copies into the child: release (deregistered first), keep, or a size (K/M/G/T: released when the cache holds more)",
         parse_fork, fork_keep),
+    ROW("MRCACHE_IDLE_TIMEOUT", "30s", "an idle cached registration unused this long is deregistered by the helper thread, even if the program makes no further verbs call (ms, s, m, h; 0 = never)",
+        parse_duration, idle_timeout_ms),
+    ROW("MRCACHE_LARGE", "1/4", "a registration larger than this (1/N of MRCACHE_MAX_BYTES, or a size with K/M/G/T) is not kept after its release, so one giant buffer does not push the rest of the cache out",
+        parse_large, large),
+    ROW("MRCACHE_DUMP_MRS", "10", "the statistics dump lists this many of the largest cached registrations (address, length, lkey, rkey, access, users, idle time); 0 = none",
+        parse_u64, dump_mrs),
     ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
 };
 
@@ -275,6 +327,8 @@ static const char *expected(mrc_parse_fn parse)
         { parse_fork, "release, keep or a size" },
         { parse_shared, "register or cache" },
         { parse_expand, "off or a power of two >= 8K" },
+        { parse_duration, "0 or a time (ms, s, m, h)" },
+        { parse_large, "1/N or a size" },
     };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
         if (words[i].parse == parse)
@@ -369,8 +423,7 @@ void mrc_config_describe(int fd)
     }
 }
 
-/* Whether CAP_IPC_LOCK is effective: then RLIMIT_MEMLOCK does not bound pinning. */
-static int has_ipc_lock(void)
+int mrc_config_has_ipc_lock(void)
 {
     char buf[4096];
     int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
@@ -391,7 +444,7 @@ static int has_ipc_lock(void)
 uint64_t mrc_config_auto_max_bytes(void)
 {
     struct rlimit rl;
-    if (!has_ipc_lock() && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    if (!mrc_config_has_ipc_lock() && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         return rl.rlim_cur;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || psz <= 0)

@@ -31,7 +31,21 @@ struct mrc_config {
     uint64_t verify;            /* check 1 hit in N against /proc/self/pagemap; 0 = off */
     uint64_t fork_keep;         /* MRCACHE_FORK: cached bytes kept across fork (0 release,
                                  * MRC_FORK_KEEP: keep all) */
+    uint64_t idle_timeout_ms;   /* idle cached registrations unused this long go; 0 = never */
+    uint64_t large;             /* MRCACHE_LARGE: a size, or MRC_LARGE_FRACTION | N for 1/N
+                                 * of max_bytes (mrc_config_large_bytes) */
+    uint64_t dump_mrs;          /* the dump lists this many of the largest cached MRs */
 };
+
+#define MRC_LARGE_FRACTION (UINT64_C(1) << 63)
+
+/* The largest registration the cache keeps: MRCACHE_LARGE resolved against max_bytes. */
+static inline uint64_t mrc_config_large_bytes(const struct mrc_config *cfg, uint64_t max_bytes)
+{
+    if (cfg->large & MRC_LARGE_FRACTION)
+        return max_bytes / (cfg->large & ~MRC_LARGE_FRACTION);
+    return cfg->large;
+}
 
 #define MRC_FORK_KEEP UINT64_MAX
 
@@ -51,6 +65,9 @@ void mrc_config_print_help(int fd);
  * config 1", then name, default, current value, source (default, environment, invalid)
  * and meaning, tab-separated, one line per variable. */
 void mrc_config_describe(int fd);
+
+/* Whether CAP_IPC_LOCK is effective: then RLIMIT_MEMLOCK does not bound pinning. */
+int mrc_config_has_ipc_lock(void);
 
 /* The default for max_bytes: RLIMIT_MEMLOCK when finite and the process cannot lock
  * memory freely, else a quarter of physical memory. */

@@ -124,16 +124,17 @@ static void write_text(struct buf *b, const struct mrc_report *r)
     mrc_report_reg_model(r, &fixed, &per_byte);
     uint64_t saved = saved_ns(r, fixed, per_byte);
     put(b, "libmrcache[%d] statistics (monitor: %s)\n", (int)getpid(), r->monitor);
-    put(b, "  registrations requested %llu: hits %llu, misses %llu, uncached %llu (%llu over shared memory); hit rate %.1f%%\n",
+    put(b, "  registrations requested %llu: hits %llu, misses %llu, uncached %llu (%llu over shared memory, %llu large); hit rate %.1f%%\n",
         (unsigned long long)v[MRC_STAT_REQUESTS], (unsigned long long)v[MRC_STAT_HITS],
         (unsigned long long)v[MRC_STAT_MISSES], (unsigned long long)v[MRC_STAT_UNCACHED],
-        (unsigned long long)v[MRC_STAT_UNCACHED_SHARED], pct(v[MRC_STAT_HITS], v[MRC_STAT_REQUESTS]));
-    put(b, "  registrations avoided %llu (real: %llu reg, %llu dereg); merges %llu, expanded %llu (%llu refused), evictions %llu, enomem retries %llu, failures %llu\n",
+        (unsigned long long)v[MRC_STAT_UNCACHED_SHARED], (unsigned long long)v[MRC_STAT_UNCACHED_LARGE],
+        pct(v[MRC_STAT_HITS], v[MRC_STAT_REQUESTS]));
+    put(b, "  registrations avoided %llu (real: %llu reg, %llu dereg); merges %llu, expanded %llu (%llu refused), evictions %llu, expired idle %llu, enomem retries %llu, failures %llu\n",
         (unsigned long long)v[MRC_STAT_HITS], (unsigned long long)v[MRC_STAT_REAL_REGS],
         (unsigned long long)v[MRC_STAT_REAL_DEREGS], (unsigned long long)v[MRC_STAT_MERGES],
         (unsigned long long)v[MRC_STAT_EXPANDED], (unsigned long long)v[MRC_STAT_EXPAND_REFUSED],
-        (unsigned long long)v[MRC_STAT_EVICTIONS], (unsigned long long)v[MRC_STAT_ENOMEM_RETRIES],
-        (unsigned long long)v[MRC_STAT_REG_FAILURES]);
+        (unsigned long long)v[MRC_STAT_EVICTIONS], (unsigned long long)v[MRC_STAT_EXPIRED],
+        (unsigned long long)v[MRC_STAT_ENOMEM_RETRIES], (unsigned long long)v[MRC_STAT_REG_FAILURES]);
     put(b, "  invalidated %llu:", (unsigned long long)v[MRC_STAT_INVALIDATED]);
     for (int i = 0; i < MRC_INVAL_LAST; i++)
         put(b, " %s %llu", mrc_inval_cause_names[i], (unsigned long long)v[MRC_STAT_INVAL_BASE + i]);
@@ -217,7 +218,7 @@ int mrc_report_write(int fd, const struct mrc_report *r, int json)
     else
         write_text(&b, r);
     int rc = mrc_write_all(fd, b.d, b.n);
-    return rc ? rc : mrc_report_ext_write(fd, json);
+    return rc ? rc : mrc_report_ext_write(fd, r, json);
 }
 
 int mrc_report_open(const char *pattern)

@@ -7,11 +7,26 @@
 
 #define MRC_REPORT_JSON_VERSION 1
 
+/* One of the largest cached registrations, as the dump lists them (for `rdma res show
+ * mr`: its mrlen and lkey tell the lines apart). */
+struct mrc_report_mr {
+    uint64_t addr, len;
+    uint64_t idle_ms;             /* since its last release; MRC_REPORT_IDLE_UNKNOWN if not measured */
+    uint32_t lkey, rkey, access;
+    uint32_t users;               /* handles holding it; 0: idle */
+};
+#define MRC_REPORT_IDLE_UNKNOWN UINT64_MAX
+
 struct mrc_report {
     struct mrc_stats_block s;
     struct mrc_gauges g;
     uint64_t wall_ns;             /* since start-up */
     const char *monitor;          /* which unmap sources are active */
+    /* The largest cached registrations, largest first (nmrs of them; mrs NULL: none
+     * asked for), and the precision of their idle times (0: not measured). */
+    const struct mrc_report_mr *mrs;
+    unsigned nmrs;
+    uint64_t idle_precision_ms;
 };
 
 /* The cost of a registration as measured here, modelled as fixed + per_byte * bytes: a

@@ -29,11 +29,13 @@ enum mrc_stat {
     MRC_STAT_MISSES,          /* needed a new registration */
     MRC_STAT_UNCACHED,        /* passed through: uncacheable flags, policy, disabled */
     MRC_STAT_UNCACHED_SHARED, /* ... of them, over memory another process may change (MRCACHE_SHARED) */
+    MRC_STAT_UNCACHED_LARGE,  /* ... of them, larger than a cached registration may be (MRCACHE_LARGE) */
     MRC_STAT_RELEASES,        /* deregistrations that released a cached handle */
     MRC_STAT_MERGES,          /* entries absorbed into a larger registration */
     MRC_STAT_EXPANDED,        /* misses that registered the allocation around them (MRCACHE_EXPAND) */
     MRC_STAT_EXPAND_REFUSED,  /* ... whose wider registration the NIC refused: their own range instead */
     MRC_STAT_EVICTIONS,       /* idle entries deregistered to honour a limit */
+    MRC_STAT_EXPIRED,         /* idle entries deregistered unused for MRCACHE_IDLE_TIMEOUT */
     MRC_STAT_ENOMEM_RETRIES,  /* back-end ENOMEM/EAGAIN answered by evicting and retrying */
     MRC_STAT_REG_FAILURES,    /* registrations that failed even after retrying */
     MRC_STAT_REAL_REGS,       /* calls to the back-end's registration (*) */

@@ -21,6 +21,13 @@ TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_EXPAND=1M EXPAND=on $(BUILD)/test/test_expand"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off EXPAND=off $(BUILD)/test/test_expand"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_EXPAND=1M MRCACHE_MONITOR=none EXPECT_STALE=1 $(BUILD)/test/test_expand 2>/dev/null"
+# Pinned memory that comes back: after MRCACHE_IDLE_TIMEOUT, and for registrations past
+# MRCACHE_LARGE at their release; each beside a control in which it stays.
+TEST_BINS += $(BUILD)/test/test_pinned_back
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_IDLE_TIMEOUT=1s $(BUILD)/test/test_pinned_back idle"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_IDLE_TIMEOUT=0 $(BUILD)/test/test_pinned_back kept"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MAX_BYTES=8M $(BUILD)/test/test_pinned_back large"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MAX_BYTES=8M MRCACHE_LARGE=1/1 $(BUILD)/test/test_pinned_back large-kept"
 
 $(BUILD)/test/libmrc_testplugin.so: test/preload/plugin.c $(SNIC_DEPS)
 	@mkdir -p $(@D)
@@ -36,3 +43,10 @@ $(BUILD)/test/memlock: test/preload/memlock.c test/preload/common.h test/check.h
 
 TEST_BINS += $(BUILD)/test/libmrc_testplugin.so $(BUILD)/test/plugin_host $(BUILD)/test/memlock
 TEST_CMDS += "test/preload/test_process.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+
+$(BUILD)/test/warn_workload: test/preload/warn_workload.c test/preload/common.h test/check.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+
+TEST_BINS += $(BUILD)/test/warn_workload
+TEST_CMDS += "test/preload/test_warnings.sh $(BUILD) '$(PRELOAD_PREFIX)'"

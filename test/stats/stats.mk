@@ -3,7 +3,7 @@
 # test_stats.sh: a verbs workload under the preload (call sites, leaks, %r files, the
 # dump signal, 4 ranks merged by scripts/mrcache-report).
 STATS_SHIM := $(BUILD)/test/libmrc_statsshim.so
-STATS_SHIM_OBJS := $(addprefix $(BUILD)/obj/,util/callsite.o util/leaks.o util/outpath.o util/report_ext.o \
+STATS_SHIM_OBJS := $(addprefix $(BUILD)/obj/,util/callsite.o util/leaks.o util/outpath.o util/report_ext.o util/report_mrs.o \
                      util/clock.o util/dumpsig.o util/log.o util/stats.o util/pool.o)
 
 $(STATS_SHIM): test/stats/stats_shim.c $(STATS_SHIM_OBJS)
@@ -18,6 +18,10 @@ $(BUILD)/test/stats_workload: test/stats/stats_workload.c test/preload/common.h 
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK)
 
-TEST_BINS += $(STATS_SHIM) $(BUILD)/test/test_callsite $(BUILD)/test/stats_workload
+$(BUILD)/test/largest_mrs: test/stats/largest_mrs.c test/preload/common.h test/check.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl
+
+TEST_BINS += $(STATS_SHIM) $(BUILD)/test/test_callsite $(BUILD)/test/stats_workload $(BUILD)/test/largest_mrs
 TEST_CMDS += "$(BUILD)/test/test_callsite"
 TEST_CMDS += "test/stats/test_stats.sh $(BUILD) '$(PRELOAD_PREFIX)'"

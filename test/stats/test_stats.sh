@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_stats.sh - statistics as a process sees them: call sites and leaks in the dumps, %r
 # names, no clobbering, the dump signal, libunwind loaded only when asked; 4 ranks at once
-# merged by scripts/mrcache-report, and the report itself: pipes, JSON on stdout, text
+# merged by scripts/mrcache-report, the largest cached registrations in the dump and in
+# the report per rank, and the report itself: pipes, JSON on stdout, text
 # dumps, its plots for 2, 16 and 512 synthetic ranks, its text charts without matplotlib.
 # Usage: test_stats.sh BUILD_DIR [PRELOAD_PREFIX]   (prints "ok - name" lines)
 set -u
@@ -139,6 +140,51 @@ PY
 report report_merges_four_ranks $?
 grep -q 'hit rate' "$tmp/report.txt" && grep -q 'TOTAL' "$tmp/report.txt" && grep -q 'invalidations' "$tmp/report.txt"
 report report_text_summary $?
+
+# 4b. The dump's largest cached registrations: largest first, with the keys the program
+# got (as `rdma res show mr` shows them), users, access and idle time; MRCACHE_DUMP_MRS
+# bounds the list; without an idle timeout no idle time is made up; mrcache-report lists
+# them per rank, in use or idle.
+LM=$B/test/largest_mrs
+mkdir -p "$tmp/lm"
+for r in 0 1; do
+    OMPI_COMM_WORLD_RANK=$r run MRCACHE_STATS=off MRCACHE_IDLE_TIMEOUT=8s LM_WAIT_MS=2500 "$LM" \
+        "$tmp/lm/r$r.json" "$tmp/lm.r$r.txt" >"$tmp/lm.r$r.out" 2>"$tmp/lm.r$r.err" &
+done
+run MRCACHE_STATS=off MRCACHE_DUMP_MRS=2 MRCACHE_IDLE_TIMEOUT=0 "$LM" "$tmp/lm2.json" "$tmp/lm2.txt" \
+    >"$tmp/lm2.out" 2>"$tmp/lm2.err"
+rc=$?
+wait
+[ $rc -eq 0 ] && python3 - "$tmp/lm/r0.json" "$tmp/lm.r0.out" "$tmp/lm2.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))["largest_mrs"]
+got = [l.split()[1:] for l in open(sys.argv[2]) if l.startswith("mr ")]
+want = sorted(((int(a), int(b), int(c), int(h)) for a, b, c, h in got), reverse=True)
+mrs = d["mrs"]
+assert [m["length"] for m in mrs] == [w[0] for w in want], mrs
+assert [(m["lkey"], m["rkey"]) for m in mrs] == [(w[1], w[2]) for w in want], (mrs, want)
+assert [m["users"] for m in mrs] == [w[3] for w in want], mrs
+assert mrs[1]["access"] & 2 and not mrs[0]["access"] & 2, mrs      # 256 KiB: remote write
+assert d["idle_precision_ms"] == 1000, d
+assert mrs[0]["idle_ms"] is None, mrs[0]                              # held: in use
+assert all(1000 <= m["idle_ms"] <= 4500 for m in mrs[1:]), mrs        # idle 2.5 s
+two = json.load(open(sys.argv[3]))["largest_mrs"]
+assert [m["length"] for m in two["mrs"]] == [1 << 20, 256 << 10], two
+assert two["idle_precision_ms"] is None and all(m["idle_ms"] is None for m in two["mrs"]), two
+PY
+report dump_lists_largest_mrs $?
+lkey=$(awk '$2 == 1048576 {printf "%#x", $3}' "$tmp/lm.r0.out")
+grep -q 'largest cached registrations (idle times to within 1.0 s)' "$tmp/lm.r0.txt" &&
+    grep -Eq "^ +0x[0-9a-f]+ +1048576 +$lkey .* 1 +- *\$" "$tmp/lm.r0.txt" &&
+    grep -q 'idle times not measured' "$tmp/lm2.txt"
+report dump_text_lists_largest_mrs $?
+python3 "$REPORT" --no-plots "$tmp/lm" >"$tmp/lm.report" 2>&1 &&
+    grep -q '^largest cached registrations per rank' "$tmp/lm.report" &&
+    grep -q '^  rank 0 (pid' "$tmp/lm.report" && grep -q '^  rank 1 (pid' "$tmp/lm.report" &&
+    grep -Eq "mrlen 1048576 +lkey $lkey .*in use \(1 handle\)" "$tmp/lm.report" &&
+    grep -Eq 'mrlen 262144 .*idle [0-9.]+ s' "$tmp/lm.report" &&
+    [ "$(python3 "$REPORT" --no-plots --mrs 1 "$tmp/lm" | grep -c 'mrlen ')" -eq 2 ]
+report report_lists_largest_mrs_per_rank $?
 
 # 5. The report on its own: synthetic jobs of 2, 16 and 512 ranks (test/stats/synth_ranks.py).
 SYNTH=$HERE/synth_ranks.py

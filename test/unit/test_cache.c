@@ -11,7 +11,8 @@
  * the back-end refuses (kept, counted, retried by misses ever less often, by flush,
  * ENOMEM and destroy at once; a private one left with its caller); limits met as
  * registrations held past them are released; a registration taken out of the cache by
- * its only holder, or retired from it while held. */
+ * its only holder, or retired from it while held; registrations too large to keep; idle
+ * entries expired; the largest cached registrations listed; the pinned notice. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -2053,6 +2054,158 @@ static void clean_run(void)
 #undef RUN
 #define RUN(fn) (clean_body = fn, check_run(#fn, clean_run))
 
+/* A request larger than max_entry_bytes is its caller's alone: deregistered at its
+ * release, never pushing the cache's other entries out; smaller ones are cached, and a
+ * merge never grows an entry past the bound. */
+static void test_large_registrations_not_kept(void)
+{
+    setup_with(1000, 64 * PG, MRC_REMOTE_EXACT);
+    cache.p.max_entry_bytes = 16 * PG;
+    struct mrc_entry *small = get(&dom_a, 0x100000, PG, LW);
+    mrc_cache_put(&cache, small);
+    struct mrc_entry *big = get(&dom_a, 0x800000, 17 * PG, LW);
+    CHECK(big && (big->flags & MRC_E_PRIVATE));
+    struct mrc_entry *again = get(&dom_a, 0x800000, 17 * PG, LW);
+    CHECK(again && again != big && fb.regs == 3);   /* two holders, two registrations */
+    mrc_cache_put(&cache, again);
+    mrc_cache_put(&cache, big);
+    CHECK(fb.live == 1);                            /* both gone at their release */
+    struct mrc_entry *hit = get(&dom_a, 0x100000, PG, LW);
+    CHECK(hit == small && fb.regs == 3);            /* the small one stayed */
+    mrc_cache_put(&cache, hit);
+    /* Exactly the bound is kept; an overlapping request whose union would pass it (23
+     * pages, within twice the request and half the byte limit) is not merged. */
+    struct mrc_entry *edge = get(&dom_a, 0x400000, 16 * PG, LW);
+    CHECK(edge && !(edge->flags & MRC_E_PRIVATE));
+    mrc_cache_put(&cache, edge);
+    struct mrc_entry *next = get(&dom_a, 0x400000 + 8 * PG, 15 * PG, LW);
+    CHECK(next && next != edge && mrc_entry_len(next) == 15 * PG && !(next->flags & MRC_E_PRIVATE));
+    mrc_cache_put(&cache, next);
+    struct mrc_stats_block s;
+    mrc_stats_sum(&s);
+    CHECK(s.v[MRC_STAT_UNCACHED_LARGE] >= 2);
+}
+
+/* An idle entry goes once `ticks` expiries passed without its use; one used meanwhile,
+ * or in use, stays; the deferred go too; the LRU's order is kept. */
+static void test_expire_idle(void)
+{
+    setup();
+    struct mrc_entry *a = get(&dom_a, 0x100000, PG, LW);
+    struct mrc_entry *b = get(&dom_a, 0x200000, PG, LW);
+    struct mrc_entry *held = get(&dom_a, 0x300000, PG, LW);
+    mrc_cache_put(&cache, a);
+    mrc_cache_put(&cache, b);
+    CHECK(mrc_cache_expire(&cache, 3) == 0);
+    CHECK(mrc_cache_expire(&cache, 3) == 0);
+    struct mrc_entry *b2 = get(&dom_a, 0x200000, PG, LW);   /* b used again */
+    CHECK(b2 == b);
+    mrc_cache_put(&cache, b2);
+    CHECK(mrc_cache_expire(&cache, 3) == 1 && fb.live == 2);   /* a: three ticks idle */
+    CHECK(mrc_cache_expire(&cache, 3) == 0);
+    CHECK(mrc_cache_expire(&cache, 3) == 1 && fb.live == 1);   /* then b, stamped at tick 2 */
+    for (int i = 0; i < 5; i++)
+        CHECK(mrc_cache_expire(&cache, 3) == 0);               /* held stays */
+    CHECK(fb.live == 1 && cache.tree_count == 1);
+    mrc_cache_put(&cache, held);
+    /* Invalidated, deferred: the next expiry deregisters it. */
+    struct mrc_entry *d = get(&dom_a, 0x500000, PG, LW);
+    mrc_cache_put(&cache, d);
+    mrc_cache_invalidate(&cache, 0x500000, PG, MRC_INVAL_API);
+    CHECK(cache.ndeferred == 1);
+    mrc_cache_expire(&cache, 100);
+    CHECK(cache.ndeferred == 0 && fb.live == 1);
+    struct mrc_stats_block s;
+    mrc_stats_sum(&s);
+    CHECK(s.v[MRC_STAT_EXPIRED] >= 2);
+}
+
+/* More entries than one chunk of an expiry: all seen once, the lock let go between. */
+static void test_expire_many(void)
+{
+    setup_with(5000, 1ull << 40, MRC_REMOTE_EXACT);
+    enum { N = 1000 };
+    static struct mrc_entry *e[N];
+    for (int i = 0; i < N; i++)
+        e[i] = get(&dom_a, 0x1000000 + (uint64_t)i * 2 * PG, PG, LW);
+    for (int i = 0; i < N; i++)
+        if (i % 3)
+            mrc_cache_put(&cache, e[i]);
+    CHECK(mrc_cache_expire(&cache, 2) == 0);   /* one tick idle */
+    uint64_t idle = 0;
+    for (int i = 0; i < N; i++)
+        idle += i % 3 != 0;
+    CHECK(mrc_cache_expire(&cache, 2) == idle);
+    CHECK(cache.tree_count == N - idle && fb.live == N - idle);
+    for (int i = 0; i < N; i += 3)
+        mrc_cache_put(&cache, e[i]);
+}
+
+static void test_keys(const void *reg, uint32_t *lkey, uint32_t *rkey)
+{
+    const struct fake_reg *r = reg;
+    *lkey = (uint32_t)(r->addr >> 12);
+    *rkey = (uint32_t)r->len;
+}
+
+/* The largest cached registrations, largest first, with their keys, users and idle
+ * ticks; private ones are not the cache's. */
+static void test_largest(void)
+{
+    setup();
+    cache.p.keys = test_keys;
+    struct mrc_entry *e1 = get(&dom_a, 0x100000, 2 * PG, LW);
+    struct mrc_entry *e2 = get(&dom_a, 0x200000, 8 * PG, LW);
+    struct mrc_entry *e3 = get(&dom_a, 0x300000, 4 * PG, RW);
+    struct mrc_entry *e4 = get(&dom_a, 0x400000, PG, LW);
+    mrc_cache_put(&cache, e2);
+    mrc_cache_expire(&cache, 100);
+    mrc_cache_expire(&cache, 100);
+    struct mrc_cache_mr top[3];
+    CHECK(mrc_cache_largest(&cache, top, 3) == 3);
+    CHECK(top[0].addr == 0x200000 && top[0].len == 8 * PG && top[0].users == 0 && top[0].idle_ticks == 2);
+    CHECK(top[0].lkey == 0x200 && top[0].rkey == 8 * PG);
+    CHECK(top[1].addr == 0x300000 && top[1].users == 1 && top[1].access == RW && top[1].idle_ticks == 0);
+    CHECK(top[2].addr == 0x100000 && top[2].users == 1);
+    struct mrc_cache_mr all[8];
+    CHECK(mrc_cache_largest(&cache, all, 8) == 4 && all[3].len == PG);
+    mrc_cache_put(&cache, e1);
+    mrc_cache_put(&cache, e3);
+    mrc_cache_put(&cache, e4);
+}
+
+static uint64_t noticed_bytes;
+static int notices;
+
+static void notice(uint64_t bytes)
+{
+    noticed_bytes = bytes;
+    notices++;
+}
+
+/* The pinned notice: once, at the registration that passes its bound, private ones
+ * counted too; never again after the bytes fall back and rise past it once more. */
+static void test_pinned_notice_once(void)
+{
+    setup();
+    cache.p.pinned_notice = notice;
+    cache.p.pinned_notice_bytes = 4 * PG;
+    notices = 0;
+    struct mrc_entry *a = get(&dom_a, 0x100000, 2 * PG, LW);
+    struct mrc_entry *b = get(&dom_a, 0x200000, 2 * PG, RW);
+    CHECK(notices == 0);                                     /* 4 pages: not past it */
+    cache.p.max_entry_bytes = PG;                            /* the next is private */
+    struct mrc_entry *c = get(&dom_a, 0x300000, 2 * PG, LW);
+    CHECK(notices == 1 && noticed_bytes == 6 * PG && (c->flags & MRC_E_PRIVATE));
+    mrc_cache_put(&cache, c);
+    mrc_cache_put(&cache, b);
+    mrc_cache_put(&cache, a);
+    mrc_cache_flush(&cache, NULL, NULL);
+    struct mrc_entry *d = get(&dom_a, 0x400000, 8 * PG, LW);   /* private, past it again */
+    CHECK(notices == 1);
+    mrc_cache_put(&cache, d);
+}
+
 int main(void)
 {
     RUN(test_hit_after_release);
@@ -2119,5 +2272,10 @@ int main(void)
     RUN(test_threads_never_return_invalidated);
     RUN(test_threads_never_return_parked);
     RUN(test_destroy_reports_what_is_left);
+    RUN(test_large_registrations_not_kept);
+    RUN(test_expire_idle);
+    RUN(test_expire_many);
+    RUN(test_largest);
+    RUN(test_pinned_notice_once);
     CHECK_EXIT();
 }

@@ -1,0 +1,119 @@
+/* warn.c - warnings that save an operator hours, each printed once and only where its
+ * cause is there: at the first registration, MRCACHE_MONITOR=none, rdma-core's fork-safe
+ * mode in effect (and RDMAV_HUGEPAGES_SAFE with it), another registration cache in the
+ * process (UCX's, with its memory hooks); and, at the registration that makes the
+ * registered bytes pass half of RLIMIT_MEMLOCK, that limit. Invariants: the first
+ * registration's checks run outside any hook, once per process (a forked child inherits
+ * what its parent said); the RLIMIT_MEMLOCK one runs under the cache lock and only
+ * formats and writes a line. */
+#include <dlfcn.h>
+#include <infiniband/verbs.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+
+#include "runtime/state.h"
+#include "util/log.h"
+#include "util/real.h"
+
+static int is_no(const char *v)
+{
+    return !strcmp(v, "0") || !strcasecmp(v, "n") || !strcasecmp(v, "no") || !strcasecmp(v, "off") ||
+           !strcasecmp(v, "false");
+}
+
+/* Whether an environment variable is set to something other than a no. */
+static int env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && !is_no(v);
+}
+
+/* rdma-core's fork-safe mode is in effect: every registration then marks its range
+ * MADV_DONTFORK. Without ibv_is_fork_initialized (rdma-core before 35) it is whenever it
+ * was asked for, as those releases knew no kernel that made it unneeded. */
+static int fork_safe_on(void)
+{
+    if (mrc_real.is_fork_initialized)
+        return mrc_real.is_fork_initialized() == IBV_FORK_ENABLED;
+    return env_on("RDMAV_FORK_SAFE") || env_on("IBV_FORK_SAFE");
+}
+
+static void warn_fork_safe(void)
+{
+    if (!fork_safe_on())
+        return;
+    const char *asked = env_on("RDMAV_FORK_SAFE") ? "RDMAV_FORK_SAFE is set"
+                        : env_on("IBV_FORK_SAFE") ? "IBV_FORK_SAFE is set"
+                                                  : "the program called ibv_fork_init";
+    MRC_WARN("fork-safe mode is on (%s, and this kernel or rdma-core does not make it unneeded): each "
+             "registration also calls madvise(MADV_DONTFORK) on its range, which splits mappings toward "
+             "vm.max_map_count, registered memory is absent in forked children, and idle cached registrations "
+             "are deregistered before every fork (Linux 5.13 with rdma-core 35 need none of it)",
+             asked);
+    /* rdma-core reads it only in fork-safe mode, where it costs every registration a
+     * search for its range's page size. */
+    if (getenv("RDMAV_HUGEPAGES_SAFE"))
+        MRC_WARN("RDMAV_HUGEPAGES_SAFE is set: in fork-safe mode every ibv_reg_mr also looks up its range's page "
+                 "size (58x slower in rdma-core before mid-2020, about 1.1x since); unset it unless the "
+                 "program registers huge pages");
+}
+
+/* UCX's registration cache (the IB transport's rcache, its default, kept up to date by
+ * libucm's memory hooks): both caches then hold the same registrations. Told by UCX's
+ * transport layer and memory hooks being loaded when registrations begin (a UCX that
+ * registers memory has opened its transports by then). */
+static void warn_other_cache(void)
+{
+    void *ucm = dlopen("libucm.so.0", RTLD_LAZY | RTLD_NOLOAD);
+    void *ib = dlopen("libuct.so.0", RTLD_LAZY | RTLD_NOLOAD);
+    const char *methods = getenv("UCX_IB_REG_METHODS");
+    const char *events = getenv("UCX_MEM_EVENTS");
+    if (ucm && ib && (!events || !is_no(events)) && (!methods || strstr(methods, "rcache")))
+        MRC_WARN("UCX's registration cache is active in this process (libucm's memory hooks and UCX's transports "
+                 "are loaded, UCX_IB_REG_METHODS %s): both caches keep the same registrations pinned; set "
+                 "UCX_IB_REG_METHODS=direct to leave caching to libmrcache, or MRCACHE_ENABLE=0 to leave it to UCX",
+                 methods ? "includes rcache" : "is at its default, rcache first");
+    if (ib)
+        dlclose(ib);
+    if (ucm)
+        dlclose(ucm);
+}
+
+void mrc_rt_warn_first_registration(void)
+{
+    if (!mrc_rt.cfg.monitor)
+        MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
+    warn_fork_safe();
+    warn_other_cache();
+}
+
+/* RLIMIT_MEMLOCK when it bounds this process's pinning (finite, no CAP_IPC_LOCK), else 0. */
+static uint64_t memlock_limit(void)
+{
+    struct rlimit rl;
+    if (mrc_config_has_ipc_lock() || getrlimit(RLIMIT_MEMLOCK, &rl) || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    return rl.rlim_cur;
+}
+
+static uint64_t memlock;
+
+static void memlock_notice(uint64_t bytes)
+{
+    MRC_WARN("RLIMIT_MEMLOCK is %llu KiB and this process now has %llu KiB registered: registrations past the "
+             "limit fail (the cache first deregisters its idle ones, and registers them again when reused); "
+             "raise it with 'ulimit -l unlimited' in the shell that starts the program, LimitMEMLOCK=infinity for "
+             "a systemd service, or '* - memlock unlimited' in /etc/security/limits.conf",
+             (unsigned long long)(memlock >> 10), (unsigned long long)(bytes >> 10));
+}
+
+void mrc_rt_warn_setup(struct mrc_cache_params *p)
+{
+    memlock = memlock_limit();
+    if (!memlock)
+        return;
+    p->pinned_notice_bytes = memlock / 2;
+    p->pinned_notice = memlock_notice;
+}
