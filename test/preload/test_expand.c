@@ -100,7 +100,10 @@ static void test_pieces_in_random_order(void)
  * mapping's ends, so exactly the mapping is pinned and the guard pages never are. */
 static void test_bounded_by_the_mapping(void)
 {
-    char *area = map_anon(NULL, 66 * KIB + WINDOW, 0);
+    /* m is up to a window less a page past area's start, and reaches 84 KiB past its
+     * window's start (its guard page included). */
+    const size_t alen = WINDOW + 84 * KIB;
+    char *area = map_anon(NULL, alen, 0);
     CHECK(area);
     if (!area)
         return;
@@ -120,7 +123,7 @@ static void test_bounded_by_the_mapping(void)
     CHECKF(nic_regs() - r0 == (expand_on ? 1 : 3), "%llu registrations", (unsigned long long)(nic_regs() - r0));
     struct ibv_mr *all[] = { a, b, c };
     area_close(NULL, all, 3);
-    munmap(area, 66 * KIB + WINDOW);
+    munmap(area, alen);
 }
 
 /* Two 4 MiB malloc'd buffers, each a mapping glibc made on its own, that the kernel
@@ -140,9 +143,12 @@ static void test_bounded_by_the_malloc_chunk(void)
         return;
     /* glibc maps downwards: b's chunk ends where a's begins (each a page of header). */
     char *b_end = b + LEN, *a_chunk = a - 16;
+    /* b's part of the window must hold two pieces: the one registered next to the
+     * boundary, and the window's first, registered after a is freed. */
     if ((uintptr_t)a_chunk % (uintptr_t)sysconf(_SC_PAGESIZE) || b_end + 16 + 4096 < a_chunk ||
-        (uintptr_t)a_chunk / WINDOW * WINDOW == (uintptr_t)a_chunk) {
-        check_skipf("chunks not side by side across a window (%p, %p)", (void *)a, (void *)b);
+        (uintptr_t)a_chunk % WINDOW < 2 * PIECE) {
+        check_skipf("chunks not side by side across a window with two pieces of b in it (%p, %p)", (void *)a,
+                    (void *)b);
         free(a);
         free(b);
         return;
@@ -159,8 +165,9 @@ static void test_bounded_by_the_malloc_chunk(void)
     if (m)
         ibv_dereg_mr(m);
     free(a);   /* munmap of a's chunk */
-    struct ibv_mr *m2 = reg(piece - 8 * PIECE, PIECE, IBV_ACCESS_LOCAL_WRITE);
-    CHECK(m2 && write_visible(m2, piece - 8 * PIECE, PIECE, 15));
+    char *first = (char *)((uintptr_t)piece & ~(uintptr_t)(WINDOW - 1));
+    struct ibv_mr *m2 = reg(first, PIECE, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(m2 && write_visible(m2, first, PIECE, 15));
     CHECKF(nic_regs() - r0 == (expand_on ? 1u : 2u), "%llu registrations", (unsigned long long)(nic_regs() - r0));
     area_close(NULL, &m2, 1);
     free(b);
