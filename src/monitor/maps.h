@@ -100,4 +100,10 @@ uint32_t mrc_maps_huge_shift_max(void);
  * see made): 1 and its end, id and page shift, or 0. */
 int mrc_maps_read_sysv(uint64_t addr, uint64_t *end, uint64_t *id, uint32_t *page_shift);
 
+/* Whether every page of [first, last] is mapped readable and writable and none is a
+ * device's (mapped from a /dev file other than shm, zero or hugepages), read from
+ * /proc/self/maps: what on-demand paging can serve (a fault on a read-only page fails the
+ * device's access). Not from a hook. */
+int mrc_maps_demand_pageable(uint64_t first, uint64_t last);
+
 #endif

@@ -123,6 +123,12 @@ static int parse_shared(const char *s, void *f)
     return parse_word(s, names, 2, f);
 }
 
+static int parse_odp(const char *s, void *f)
+{
+    static const char *const names[] = { "off", "fallback", "implicit" };   /* enum mrc_cfg_odp */
+    return parse_word(s, names, 3, f);
+}
+
 static int parse_log(const char *s, void *f)
 {
     static const char *const names[] = { "error", "warn", "info", "debug" };   /* enum mrc_log_level */
@@ -238,6 +244,10 @@ static const struct mrc_config_row rows[] = {
         parse_u64, verify),
     ROW("MRCACHE_FORK", "release", "what fork() does with idle cached registrations, whose pinned pages the kernel copies into the child: release (deregistered first), keep, or a size (K/M/G/T: released when the cache holds more)",
         parse_fork, fork_keep),
+    ROW("MRCACHE_ODP", "off", "on-demand paging where the device supports it: off; fallback (a registration that cannot be pinned, even after idle ones were released, is made with IBV_ACCESS_ON_DEMAND); implicit (as fallback, and local-only registrations are served by one implicit ODP MR per pd). Never for read-only or device memory",
+        parse_odp, odp),
+    ROW("MRCACHE_ODP_PREFETCH", "1", "1: a registration served by an ODP MR asks the device to prefetch its pages (ibv_advise_mr, asynchronous); 0: its pages fault in at first access",
+        parse_bool, odp_prefetch),
     ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
 };
 
@@ -258,6 +268,7 @@ static const char *expected(mrc_parse_fn parse)
         { parse_signal, "none or USR1|USR2|HUP..." },
         { parse_fork, "release, keep or a size" },
         { parse_shared, "register or cache" },
+        { parse_odp, "off, fallback or implicit" },
     };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
         if (words[i].parse == parse)

@@ -7,11 +7,23 @@
 
 #define MRC_REPORT_JSON_VERSION 1
 
+/* A device's on-demand paging capabilities (struct ibv_odp_caps). */
+struct mrc_report_odp_dev {
+    char name[64];
+    uint64_t general;             /* IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_IMPLICIT */
+    uint32_t rc, uc, ud;          /* IBV_ODP_SUPPORT_SEND, RECV, WRITE, ... per transport */
+};
+
+#define MRC_REPORT_ODP_DEVS 8
+
 struct mrc_report {
     struct mrc_stats_block s;
     struct mrc_gauges g;
     uint64_t wall_ns;             /* since start-up */
     const char *monitor;          /* which unmap sources are active */
+    const char *odp_mode;         /* MRCACHE_ODP */
+    unsigned odp_ndevs;           /* devices asked so far */
+    struct mrc_report_odp_dev odp_devs[MRC_REPORT_ODP_DEVS];
 };
 
 /* The cost of a registration as measured here, modelled as fixed + per_byte * bytes: a

@@ -31,3 +31,7 @@ $(BUILD)/test/memlock: test/preload/memlock.c test/preload/common.h test/check.h
 
 TEST_BINS += $(BUILD)/test/libmrc_testplugin.so $(BUILD)/test/plugin_host $(BUILD)/test/memlock
 TEST_CMDS += "test/preload/test_process.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+
+# MRCACHE_ODP against every ODP capability the software NIC can report.
+TEST_BINS += $(BUILD)/test/test_odp
+TEST_CMDS += "test/preload/test_odp.sh $(BUILD) '$(PRELOAD_PREFIX)'"
