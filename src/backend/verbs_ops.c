@@ -1,17 +1,20 @@
-/* verbs_ops.c - registers and deregisters through the real libibverbs entry points, and
- * says which access flags grant remote rights. Invariants: calls only real functions,
- * never our own hooks (no double counting, no recursion into the cache); a range is
- * watched by the userfaultfd source before the NIC pins it, and unwatched once its
- * registration failed, was deregistered (the cache never deregisters in a hook) or left
- * the cache for a caller of its own (mrc_verbs_disown). */
+/* verbs_ops.c - registers and deregisters through the real libibverbs entry points (on
+ * demand where MRCACHE_ODP says: backend/odp.c), and says which access flags grant
+ * remote rights. Invariants: calls only real functions, never our own hooks (no double
+ * counting, no recursion into the cache); a range is watched by the userfaultfd source
+ * before the NIC pins it, and unwatched once its registration failed, was deregistered
+ * (the cache never deregisters in a hook) or left the cache for a caller of its own
+ * (mrc_verbs_disown); a pd's implicit MR is never watched, and never deregistered here. */
 #include <errno.h>
 #include <infiniband/verbs.h>
 
+#include "backend/odp.h"
 #include "backend/verbs_ops.h"
 #include "monitor/patch.h"
 #include "monitor/uffd.h"
 #include "util/hot.h"
 #include "util/real.h"
+#include "util/stats.h"
 
 MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                              uint32_t access, void **reg)
@@ -20,6 +23,13 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
     /* A patcher that wrote over an entry point we rely on without making the page
      * executable through our mprotect is found here, one entry point per miss. */
     mrc_patch_check();
+    struct ibv_mr *implicit;
+    if (mrc_odp_implicit_get(domain, addr, len, iova, access, &implicit)) {
+        /* Follows the mapping: nothing to watch, nothing stale after an unmap. */
+        mrc_stat_add(MRC_STAT_ODP_IMPLICIT, 1);
+        *reg = implicit;
+        return MRC_REG_SHARED;
+    }
     /* Before the pinning: an unmap during the NIC call is then reported, and the cache's
      * race check (mrc_cache_unmap_begin's ring) keeps the registration out of the tree. */
     mrc_uffd_watch(addr, len);
@@ -34,9 +44,25 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
     return 0;
 }
 
+/* Pinning failed even after the cache let its idle registrations go: on demand, where
+ * the device and the memory allow. Otherwise the caller keeps the error pinning got. */
+static int verbs_reg_last(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
+                          void **reg)
+{
+    if (!mrc_odp_fallback_ok(domain, addr, len, access))
+        return -ENOMEM;
+    int rc = verbs_reg(ctx, domain, addr, len, iova, access | IBV_ACCESS_ON_DEMAND, reg);
+    if (rc)
+        return rc;
+    mrc_stat_add(MRC_STAT_ODP_FALLBACKS, 1);
+    return MRC_REG_UNPINNED;
+}
+
 static int verbs_dereg(void *ctx, void *reg)
 {
     (void)ctx;
+    if (mrc_odp_implicit_put(reg))
+        return 0;
     /* The range as registered: libibverbs fills addr and length from the call, and an MR
      * is rereg'd only once out of the cache (mrc_verbs_disown let its watch go then). */
     struct ibv_mr *mr = reg;
@@ -55,7 +81,7 @@ void mrc_verbs_disown(struct ibv_mr *mr)
     mrc_uffd_unwatch((uintptr_t)mr->addr, mr->length);
 }
 
-const struct mrc_cache_ops mrc_verbs_ops = { verbs_reg, verbs_dereg, NULL };
+const struct mrc_cache_ops mrc_verbs_ops = { .reg = verbs_reg, .reg_last = verbs_reg_last, .dereg = verbs_dereg };
 
 void mrc_verbs_keys(const void *reg, uint32_t *lkey, uint32_t *rkey)
 {

@@ -563,14 +563,15 @@ MRC_HOT static int raced_locked(struct mrc_cache *c, uint64_t seq0, uint64_t fir
 /* Registers through the back-end, timing it for the statistics. Nothing is prefetched
  * when it returns: since insertions wait in the young set, prefetching what they touch
  * made misses 7-10% slower (make bench, row 6: docs/benchmarks.md). */
-MRC_HOT static int backend_reg(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
+MRC_HOT static int backend_reg(struct mrc_cache *c, int last_try, void *domain, uint64_t first, uint64_t last,
                                int64_t iova_off, uint32_t access, void **reg)
 {
     uint64_t len = last - first + 1;
     uint64_t t0 = mrc_ticks();
-    int rc = c->p.ops.reg(c->p.ops.ctx, domain, first, len, first + (uint64_t)iova_off, access, reg);
+    int rc = (last_try ? c->p.ops.reg_last : c->p.ops.reg)(c->p.ops.ctx, domain, first, len,
+                                                            first + (uint64_t)iova_off, access, reg);
     uint64_t dt = mrc_ticks_since(t0);
-    if (rc == 0) {
+    if (rc == 0 || rc == MRC_REG_UNPINNED) {
         mrc_hist_add(MRC_HIST_REGS, len, 1);
         mrc_hist_add(MRC_HIST_REG_NS, len, dt);
         mrc_hist_add(MRC_HIST_REG_BYTES, len, len);
@@ -598,15 +599,21 @@ static void evict_all_idle(struct mrc_cache *c)
 
 /* Registers with one retry after evicting idle entries when the back-end is out of
  * pinnable memory (RLIMIT_MEMLOCK, device limits): the cache must never make a
- * registration fail that would succeed without it. */
+ * registration fail that would succeed without it. Then the back-end's last try, if it
+ * has one. 0 or MRC_REG_* (*reg set), or -errno. */
 MRC_HOT static int reg_retry(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
                              int64_t iova_off, uint32_t access, void **reg)
 {
-    int rc = backend_reg(c, domain, first, last, iova_off, access, reg);
+    int rc = backend_reg(c, 0, domain, first, last, iova_off, access, reg);
     if (rc == -ENOMEM || rc == -EAGAIN) {
         mrc_stat_add(MRC_STAT_ENOMEM_RETRIES, 1);
         evict_all_idle(c);
-        rc = backend_reg(c, domain, first, last, iova_off, access, reg);
+        rc = backend_reg(c, 0, domain, first, last, iova_off, access, reg);
+    }
+    if ((rc == -ENOMEM || rc == -EAGAIN) && c->p.ops.reg_last) {
+        int last_rc = backend_reg(c, 1, domain, first, last, iova_off, access, reg);
+        if (last_rc >= 0)
+            rc = last_rc;
     }
     return rc;
 }
@@ -733,7 +740,7 @@ MRC_HOT static void supersede_locked(struct mrc_cache *c, struct mrc_entry *e, v
 /* Fills in a fresh entry (ref still 0) for a registration just made; the caller counts
  * it in the gauges (gauge_made_locked). */
 MRC_HOT static void entry_init(struct mrc_cache *c, struct mrc_entry *e, void *domain, uint64_t first, uint64_t last,
-                               int64_t iova_off, uint32_t access, void *reg)
+                               int64_t iova_off, uint32_t access, void *reg, int unpinned)
 {
     /* Relaxed atomic stores: a stale hint may be reading these; it cannot take a
      * reference until ref is published non-zero. */
@@ -744,17 +751,18 @@ MRC_HOT static void entry_init(struct mrc_cache *c, struct mrc_entry *e, void *d
     ST(&e->access, access);
     ST(&e->flags, 0u);
     ST(&e->used, LD(&c->idle_clock));
+    e->unpinned = (uint32_t)unpinned;
     e->reg = reg;
 }
 
 static struct mrc_entry *entry_new(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
-                                   int64_t iova_off, uint32_t access, void *reg)
+                                   int64_t iova_off, uint32_t access, void *reg, int unpinned)
 {
     struct mrc_entry *e = mrc_pool_get(&c->entries);
     if (e) {
-        entry_init(c, e, domain, first, last, iova_off, access, reg);
+        entry_init(c, e, domain, first, last, iova_off, access, reg, unpinned);
         pthread_mutex_lock(&c->lock);
-        gauge_made_locked(c, last - first + 1);
+        gauge_made_locked(c, mrc_entry_pinned(e));
         pthread_mutex_unlock(&c->lock);
     }
     return e;
@@ -780,7 +788,8 @@ MRC_HOT static struct mrc_entry *entry_alloc(struct mrc_cache *c, struct mrc_thr
     return t->spare[t->spare_next++];
 }
 
-/* A miss's range widened by the expand hook, registered once: 0 and [*rf, *rl] widened,
+/* A miss's range widened by the expand hook, registered once: the back-end's answer
+ * (>= 0: 0, or its word for a registration that pins nothing) and [*rf, *rl] widened,
  * or -1 (the hook left it, or the back-end refused the wider range: the miss then
  * registers its own, evicting for it if need be, as it would unasked). */
 static int reg_expanded(struct mrc_cache *c, void *domain, uint32_t access, uint64_t qf, uint64_t ql, uint64_t *rf,
@@ -789,14 +798,15 @@ static int reg_expanded(struct mrc_cache *c, void *domain, uint32_t access, uint
     uint64_t f = *rf, l = *rl;
     if (!c->p.expand(c->p.expand_arg, access, qf, ql, &f, &l) || f > *rf || l < *rl || (f == *rf && l == *rl))
         return -1;
-    if (backend_reg(c, domain, f, l, 0, access, reg)) {
+    int rc = backend_reg(c, 0, domain, f, l, 0, access, reg);
+    if (rc < 0) {
         mrc_stat_add(MRC_STAT_EXPAND_REFUSED, 1);
         return -1;
     }
     mrc_stat_add(MRC_STAT_EXPANDED, 1);
     *rf = f;
     *rl = l;
-    return 0;
+    return rc;
 }
 
 /* A registration handed to one caller and deregistered at its release. */
@@ -805,13 +815,13 @@ static int get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64
 {
     void *reg;
     int rc = reg_retry(c, domain, first, last, iova_off, access, &reg);
-    if (rc)
+    if (rc < 0)
         return rc;
-    struct mrc_entry *e = entry_new(c, domain, first, last, iova_off, access, reg);
+    struct mrc_entry *e = entry_new(c, domain, first, last, iova_off, access, reg, rc);
     if (!e) {
         /* Counted as any deregistration; a refusal cannot be kept on the failed list,
          * which holds entries, and there is none. */
-        mrc_cache_backend_dereg(c, reg);
+        mrc_cache_backend_dereg(c, reg, rc == MRC_REG_SHARED);
         return -ENOMEM;
     }
     ST(&e->flags, MRC_E_PRIVATE);
@@ -900,25 +910,27 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
     }
 
     void *reg;
-    int expanded = merge && c->p.expand && reg_expanded(c, domain, access, qf, ql, &rf, &rl, &reg) == 0;
-    int rc = expanded ? 0 : reg_retry(c, domain, rf, rl, iova_off, access, &reg);
-    if (rc && (rf != qf || rl != ql)) {
+    int rc = merge && c->p.expand ? reg_expanded(c, domain, access, qf, ql, &rf, &rl, &reg) : -1;
+    int expanded = rc >= 0;
+    if (!expanded)
+        rc = reg_retry(c, domain, rf, rl, iova_off, access, &reg);
+    if (rc < 0 && (rf != qf || rl != ql)) {
         /* The merged union did not fit: register just the request. */
         rf = qf;
         rl = ql;
         rc = reg_retry(c, domain, rf, rl, iova_off, access, &reg);
     }
-    if (rc) {
+    if (rc < 0) {
         miss_done(c);
         t->spare[--t->spare_next] = e;   /* never published: no reader holds it */
         mrc_stat_add(MRC_STAT_REG_FAILURES, 1);
         return rc;
     }
-    entry_init(c, e, domain, rf, rl, iova_off, access, reg);
+    entry_init(c, e, domain, rf, rl, iova_off, access, reg, rc);
 
     struct mrc_entry *victims = NULL;
     pthread_mutex_lock(&c->lock);
-    gauge_made_locked(c, rl - rf + 1);
+    gauge_made_locked(c, mrc_entry_pinned(e));
     int closed = c->closed;
     if (closed || raced_locked(c, seq0, rf, rl)) {
         /* Part of the range was unmapped while we registered it: the pages we pinned may

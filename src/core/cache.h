@@ -18,14 +18,25 @@
 #include "util/pool.h"
 #include "util/stats.h"
 
+/* What a back-end registration says of itself, besides 0 (it pins its pages). */
+#define MRC_REG_UNPINNED 1   /* made, pins nothing: out of the pinned gauges */
+#define MRC_REG_SHARED 2     /* no registration made: one the back-end shares serves it
+                              * (out of the pinned gauges, not counted as a registration) */
+
 struct mrc_cache_ops {
-    /* Registers [addr, addr+len) at iova with access in domain: 0 and *reg set, or -errno. */
+    /* Registers [addr, addr+len) at iova with access in domain: 0, MRC_REG_UNPINNED or
+     * MRC_REG_SHARED and *reg set, or -errno. */
     int (*reg)(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                uint32_t access, void **reg);
     /* Deregisters what reg made: 0 or -errno (the registration then still stands, and
      * is asked again later). Never called from mrc_cache_invalidate. */
     int (*dereg)(void *ctx, void *reg);
     void *ctx;
+    /* Optional: the last try, when reg still fails with -ENOMEM/-EAGAIN after every idle
+     * entry was released: may register in a way that pins nothing. As reg; if it fails,
+     * the caller gets reg's error. */
+    int (*reg_last)(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
+                    uint32_t access, void **reg);
 };
 
 enum mrc_remote_policy {
@@ -92,6 +103,8 @@ struct mrc_entry {
     uint32_t ref;                 /* 1 while in the tree + 1 per user; 0 = dead */
     uint32_t flags;
     uint32_t used;                /* idle_clock at its last release (mrc_cache_expire) */
+    uint32_t unpinned;            /* the back-end's word for reg, if it pins nothing
+                                   * (MRC_REG_*): not in the pinned gauges */
     void *reg;                    /* the back-end's registration */
     uint64_t lru_stamp;           /* lru_clock when last moved to the LRU's tail */
     struct mrc_entry *lru_prev, *lru_next;  /* LRU while in the tree, deferred list after */
@@ -306,5 +319,7 @@ int mrc_cache_destroy(struct mrc_cache *c, struct mrc_cache_leftovers *left);
 /* Registered range of an entry, for building the caller's handle. */
 static inline uint64_t mrc_entry_start(const struct mrc_entry *e) { return e->node.start; }
 static inline uint64_t mrc_entry_len(const struct mrc_entry *e) { return e->node.last - e->node.start + 1; }
+/* What it counts in the pinned gauges. */
+static inline uint64_t mrc_entry_pinned(const struct mrc_entry *e) { return e->unpinned ? 0 : mrc_entry_len(e); }
 
 #endif

@@ -10,8 +10,10 @@
 
 #define FAILED_BACKOFF_MAX 4096   /* misses between two retries while refusals go on */
 
-int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg)
+int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg, int shared)
 {
+    if (shared)
+        return c->p.ops.dereg(c->p.ops.ctx, reg);
     uint64_t t0 = mrc_ticks();
     int rc = c->p.ops.dereg(c->p.ops.ctx, reg);
     mrc_stat_add(MRC_STAT_REAL_DEREG_NS, mrc_ticks_since(t0));
@@ -24,14 +26,14 @@ int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg)
 void mrc_cache_entry_free(struct mrc_cache *c, struct mrc_entry *e)
 {
     __atomic_fetch_add(&c->reg_freed, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&c->reg_freed_bytes, mrc_entry_len(e), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->reg_freed_bytes, mrc_entry_pinned(e), __ATOMIC_RELAXED);
     ST(&e->flags, 0u);
     mrc_pool_put(&c->entries, e);
 }
 
 int mrc_cache_dereg_try(struct mrc_cache *c, struct mrc_entry *e)
 {
-    int rc = mrc_cache_backend_dereg(c, e->reg);
+    int rc = mrc_cache_backend_dereg(c, e->reg, e->unpinned == MRC_REG_SHARED);
     if (!rc)
         mrc_cache_entry_free(c, e);
     return rc;

@@ -87,8 +87,10 @@ static inline void inval_stats(uint64_t n, enum mrc_inval_cause cause)
 
 /* ---- deregistration (cache_dereg.c; never under the lock, never in a hook) ---- */
 
-/* The back-end's deregistration of reg, timed and counted: 0 or its -errno. */
-int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg);
+/* The back-end's deregistration of reg, timed and counted unless the back-end only let
+ * go of a registration it shares (shared: what its reg returned, MRC_REG_SHARED): 0 or
+ * its -errno. */
+int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg, int shared);
 
 /* A dead entry whose registration is no longer the cache's (deregistered, or handed to
  * a caller): out of the gauges, back to the pool. */

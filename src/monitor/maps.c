@@ -1,6 +1,7 @@
 /* maps.c - the registry (maps.h): a sorted array of records read under a sequence count
  * and changed under a short lock; the hugetlb page sizes and their file systems;
- * /proc/self/maps read into a stack buffer. Invariants: arrays are never unmapped (a
+ * /proc/self/maps read into a stack buffer (also to tell what on-demand paging can
+ * serve). Invariants: arrays are never unmapped (a
  * reader of an old copy reads again); no malloc, no call into the cache; a record that
  * cannot be kept makes the registry lost, and every answer the worst case. */
 #include <errno.h>
@@ -947,4 +948,41 @@ int mrc_maps_read_vma(uint64_t addr, struct mrc_vma *v)
         rc = mrc_maps_read_vma_text(addr, v);
     errno = saved;
     return rc;
+}
+
+/* ---- memory a device may page on demand ---- */
+
+struct demand_walk {
+    uint64_t next, last;   /* the first byte not yet seen mapped; the range's last */
+    int ok;
+};
+
+/* Device memory is mapped from a device file (VM_IO/VM_PFNMAP: nothing to fault in);
+ * shm, /dev/zero and hugetlbfs mounted under /dev are ordinary memory. */
+static int device_file(const char *path)
+{
+    return prefix(path, "/dev/") && !prefix(path, "/dev/shm/") && !prefix(path, "/dev/zero") &&
+           !prefix(path, "/dev/hugepages");
+}
+
+static int demand_line(const char *line, void *arg)
+{
+    struct demand_walk *w = arg;
+    struct mline l;
+    if (parse_mline(line, &l) || l.end <= w->next)
+        return 0;
+    if (l.start > w->next || l.perms[0] != 'r' || l.perms[1] != 'w' || device_file(l.path))
+        return 1;   /* a hole, a page it could not write, or a device's */
+    w->next = l.end;
+    w->ok = l.end == 0 || l.end - 1 >= w->last;
+    return w->ok;
+}
+
+int mrc_maps_demand_pageable(uint64_t first, uint64_t last)
+{
+    int saved = errno;
+    struct demand_walk w = { .next = first, .last = last };
+    read_lines("/proc/self/maps", demand_line, &w);
+    errno = saved;
+    return w.ok;
 }

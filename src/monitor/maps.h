@@ -115,5 +115,10 @@ int mrc_maps_read_vma(uint64_t addr, struct mrc_vma *v);
 /* The same answer from /proc/self/maps alone: what mrc_maps_read_vma falls back on where
  * the kernel lacks PROCMAP_QUERY. */
 int mrc_maps_read_vma_text(uint64_t addr, struct mrc_vma *v);
+/* Whether every page of [first, last] is mapped readable and writable and none is a
+ * device's (mapped from a /dev file other than shm, zero or hugepages), read from
+ * /proc/self/maps: what on-demand paging can serve (a fault on a read-only page fails the
+ * device's access). Not from a hook. */
+int mrc_maps_demand_pageable(uint64_t first, uint64_t last);
 
 #endif

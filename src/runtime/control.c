@@ -13,6 +13,7 @@
 #define MRCACHE_BUILDING_LIBRARY
 #include "mrcache.h"
 
+#include "backend/odp.h"
 #include "monitor/glibc_heap.h"
 #include "monitor/patch.h"
 #include "monitor/uffd.h"
@@ -108,6 +109,8 @@ static void collect(struct mrc_report *r)
     mrc_stats_sum(&r->s);
     r->wall_ns = mrc_now_ns() - mrc_rt.start_ns;
     r->monitor = mrc_rt_monitor_name();
+    r->odp_mode = mrc_odp_mode_name();
+    r->odp_ndevs = mrc_odp_devices(r->odp_devs, MRC_REPORT_ODP_DEVS);
 }
 
 /* collect, and the largest cached registrations (MRCACHE_DUMP_MRS) for a dump. Returns

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "backend/odp.h"
 #include "monitor/glibc_heap.h"
 #include "monitor/maps.h"
 #include "monitor/uffd.h"
@@ -80,6 +81,7 @@ static void fork_child(void)
     mrc_drainer_forget();
     mrc_uffd_child_reset();
     mrc_maps_child_reset();
+    mrc_odp_child_reset();
     mrc_rt.fork_gen++;
     mrc_cache_forget(&mrc_rt.cache);
     /* Forked while another thread was writing free's slots back: finish it here. */

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/odp.h"
 #include "backend/verbs_ops.h"
 #include "monitor/glibc_heap.h"
 #include "monitor/maps.h"
@@ -43,6 +44,7 @@ static void on_exit_handler(void)
     void *lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
     if (lib) {
         mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
+        mrc_odp_release_all();
         dlclose(lib);
     }
     mrc_rt_dump_at_exit();
@@ -198,6 +200,10 @@ void mrc_init(void)
     if (mrc_rt_expand_init(mrc_rt.cfg.expand, max_bytes, p.page_size))
         p.expand = mrc_rt_expand;
     mrc_rt_warn_setup(&p);
+    /* Off: not even the last try, so nothing differs from a cache without ODP. */
+    if (mrc_rt.cfg.odp == MRC_CFG_ODP_OFF)
+        p.ops.reg_last = NULL;
+    mrc_odp_init(mrc_rt.cfg.odp, mrc_rt.cfg.odp_prefetch);
     mrc_cache_init(&mrc_rt.cache, &p);
     mrc_rt_expire_init();
     struct mrc_verbs_params vp = {

@@ -130,6 +130,12 @@ static int parse_shared(const char *s, void *f)
     return parse_word(s, names, 2, f);
 }
 
+static int parse_odp(const char *s, void *f)
+{
+    static const char *const names[] = { "off", "fallback", "implicit" };   /* enum mrc_cfg_odp */
+    return parse_word(s, names, 3, f);
+}
+
 static int parse_log(const char *s, void *f)
 {
     static const char *const names[] = { "error", "warn", "info", "debug" };   /* enum mrc_log_level */
@@ -306,6 +312,10 @@ static const struct mrc_config_row rows[] = {
         parse_large, large),
     ROW("MRCACHE_DUMP_MRS", "10", "the statistics dump lists this many of the largest cached registrations (address, length, lkey, rkey, access, users, idle time); 0 = none",
         parse_u64, dump_mrs),
+    ROW("MRCACHE_ODP", "off", "on-demand paging where the device supports it: off; fallback (a registration that cannot be pinned, even after idle ones were released, is made with IBV_ACCESS_ON_DEMAND); implicit (as fallback, and local-only registrations are served by one implicit ODP MR per pd). Never for read-only or device memory",
+        parse_odp, odp),
+    ROW("MRCACHE_ODP_PREFETCH", "1", "1: a registration served by an ODP MR asks the device to prefetch its pages (ibv_advise_mr, asynchronous); 0: its pages fault in at first access",
+        parse_bool, odp_prefetch),
     ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
 };
 
@@ -329,6 +339,7 @@ static const char *expected(mrc_parse_fn parse)
         { parse_expand, "off or a power of two >= 8K" },
         { parse_duration, "0 or a time (ms, s, m, h)" },
         { parse_large, "1/N or a size" },
+        { parse_odp, "off, fallback or implicit" },
     };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
         if (words[i].parse == parse)

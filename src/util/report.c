@@ -147,6 +147,16 @@ static void write_text(struct buf *b, const struct mrc_report *r)
     if (v[MRC_STAT_VERIFY_CHECKS])
         put(b, "  verify: %llu hits checked against pagemap, %llu STALE\n", (unsigned long long)v[MRC_STAT_VERIFY_CHECKS],
             (unsigned long long)v[MRC_STAT_VERIFY_STALE]);
+    const char *odp = r->odp_mode ? r->odp_mode : "off";
+    if (strcmp(odp, "off") || v[MRC_STAT_ODP_FALLBACKS] || v[MRC_STAT_ODP_IMPLICIT]) {
+        put(b, "  on demand (MRCACHE_ODP=%s): %llu fallbacks, %llu served by implicit MRs, %llu prefetches;",
+            odp, (unsigned long long)v[MRC_STAT_ODP_FALLBACKS], (unsigned long long)v[MRC_STAT_ODP_IMPLICIT],
+            (unsigned long long)v[MRC_STAT_ODP_PREFETCHES]);
+        for (unsigned i = 0; i < r->odp_ndevs; i++)
+            put(b, " %s odp_caps %#llx rc %#x uc %#x ud %#x", r->odp_devs[i].name,
+                (unsigned long long)r->odp_devs[i].general, r->odp_devs[i].rc, r->odp_devs[i].uc, r->odp_devs[i].ud);
+        put(b, "%s\n", r->odp_ndevs ? "" : " no device asked");
+    }
     put(b, "  pinned now %llu B in %llu registrations (peak %llu B, %llu registrations)\n",
         (unsigned long long)r->g.bytes, (unsigned long long)r->g.entries, (unsigned long long)r->g.bytes_peak,
         (unsigned long long)r->g.entries_peak);
@@ -193,6 +203,13 @@ static void write_json(struct buf *b, const struct mrc_report *r)
         (unsigned long long)r->g.entries_peak, (unsigned long long)r->g.tree_entries,
         (unsigned long long)r->g.tree_bytes, (unsigned long long)r->g.deferred, (unsigned long long)r->g.failed,
         (unsigned long long)r->g.failed_bytes);
+    put(b, " \"odp\": {\"mode\": \"%s\", \"devices\": [", r->odp_mode ? r->odp_mode : "off");
+    for (unsigned i = 0; i < r->odp_ndevs; i++)
+        put(b, "%s{\"name\": \"%s\", \"general_caps\": %llu, \"rc_odp_caps\": %u, \"uc_odp_caps\": %u, "
+               "\"ud_odp_caps\": %u}",
+            i ? ", " : "", r->odp_devs[i].name, (unsigned long long)r->odp_devs[i].general, r->odp_devs[i].rc,
+            r->odp_devs[i].uc, r->odp_devs[i].ud);
+    put(b, "]},\n");
     put(b, " \"sizes\": [");
     int first = 1;
     for (int i = 0; i < MRC_HIST_BUCKETS; i++) {

@@ -16,6 +16,14 @@ struct mrc_report_mr {
     uint32_t users;               /* handles holding it; 0: idle */
 };
 #define MRC_REPORT_IDLE_UNKNOWN UINT64_MAX
+/* A device's on-demand paging capabilities (struct ibv_odp_caps). */
+struct mrc_report_odp_dev {
+    char name[64];
+    uint64_t general;             /* IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_IMPLICIT */
+    uint32_t rc, uc, ud;          /* IBV_ODP_SUPPORT_SEND, RECV, WRITE, ... per transport */
+};
+
+#define MRC_REPORT_ODP_DEVS 8
 
 struct mrc_report {
     struct mrc_stats_block s;
@@ -27,6 +35,9 @@ struct mrc_report {
     const struct mrc_report_mr *mrs;
     unsigned nmrs;
     uint64_t idle_precision_ms;
+    const char *odp_mode;         /* MRCACHE_ODP */
+    unsigned odp_ndevs;           /* devices asked so far */
+    struct mrc_report_odp_dev odp_devs[MRC_REPORT_ODP_DEVS];
 };
 
 /* The cost of a registration as measured here, modelled as fixed + per_byte * bytes: a

@@ -57,6 +57,9 @@ enum mrc_stat {
     MRC_STAT_VERIFY_STALE,    /* ... whose pinned pages were no longer the mapped ones */
     MRC_STAT_FIRST_REG_NS,    /* the process's first back-end registration, which pays */
     MRC_STAT_FIRST_REG_BYTES, /* one-time costs: its time (ticks until summed) and size */
+    MRC_STAT_ODP_FALLBACKS,   /* registrations made on demand (ODP) when pinning failed */
+    MRC_STAT_ODP_IMPLICIT,    /* misses served by a pd's implicit ODP MR (no registration) */
+    MRC_STAT_ODP_PREFETCHES,  /* ibv_advise_mr prefetches of registrations served by ODP */
     MRC_STAT_INVALIDATED,     /* entries invalidated, all causes */
     MRC_STAT_INVAL_BASE,
     MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_INVAL_LAST

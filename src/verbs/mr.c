@@ -9,6 +9,7 @@
 #include <infiniband/verbs.h>
 #include <string.h>
 
+#include "backend/odp.h"
 #include "backend/verbs_ops.h"
 #include "monitor/uffd.h"
 #include "util/callsite.h"
@@ -149,6 +150,9 @@ MRC_HOT struct ibv_mr *mrc_verbs_reg_mr(struct mrc_verbs *v, struct ibv_pd *pd, 
     h->iova = iova;
     h->entry = e;
     h->fork_gen = *v->fork_gen;
+    /* Served on demand: the first access to each page would fault. */
+    if (__builtin_expect(e->unpinned != 0, 0))
+        mrc_odp_prefetch(pd, h->mr.lkey, iova, len, access);
     int hit;
     struct mrc_callsite *site = mrc_callsite_count(len, mark, &hit);
     mrc_leaks_on_create(&h->leak, len, site, hit);
@@ -247,7 +251,9 @@ static int rereg_cached(struct mrc_verbs *v, struct mrc_handle *h, int flags, st
     int exact = mrc_entry_start(e) == (uintptr_t)h->mr.addr && mrc_entry_len(e) == h->mr.length &&
                 e->iova_off == (int64_t)(h->iova - (uintptr_t)h->mr.addr);
     void *taken;
-    if ((exact || trans || !(new_access & remote)) && mrc_cache_take(v->cache, e, &taken) == 0) {
+    /* A pd's implicit MR serves other handles too: never taken, never changed. */
+    if (e->unpinned != MRC_REG_SHARED && (exact || trans || !(new_access & remote)) &&
+        mrc_cache_take(v->cache, e, &taken) == 0) {
         mrc_verbs_disown(taken);
         h->entry = NULL;
         h->priv = taken;
@@ -324,12 +330,16 @@ static int match_context(const struct mrc_entry *e, void *ctx)
 
 uint64_t mrc_verbs_flush_pd(struct mrc_verbs *v, struct ibv_pd *pd)
 {
-    return mrc_cache_flush(v->cache, match_pd, pd);
+    uint64_t busy = mrc_cache_flush(v->cache, match_pd, pd);
+    mrc_odp_release_pd(pd);   /* idle once the entries it served are gone */
+    return busy;
 }
 
 uint64_t mrc_verbs_flush_context(struct mrc_verbs *v, struct ibv_context *ctx)
 {
-    return mrc_cache_flush(v->cache, match_context, ctx);
+    uint64_t busy = mrc_cache_flush(v->cache, match_context, ctx);
+    mrc_odp_forget_context(ctx);
+    return busy;
 }
 
 void mrc_verbs_set_reserve(struct mrc_verbs *v, void (*low)(void *arg), void *arg)

@@ -50,3 +50,6 @@ $(BUILD)/test/warn_workload: test/preload/warn_workload.c test/preload/common.h 
 
 TEST_BINS += $(BUILD)/test/warn_workload
 TEST_CMDS += "test/preload/test_warnings.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+# MRCACHE_ODP against every ODP capability the software NIC can report.
+TEST_BINS += $(BUILD)/test/test_odp
+TEST_CMDS += "test/preload/test_odp.sh $(BUILD) '$(PRELOAD_PREFIX)'"

@@ -22,6 +22,15 @@
  *       ENOMEM, EAGAIN, EFAULT, EINVAL, EPERM, EACCES) or number, COUNT a number or
  *       "always" (default 1); e.g. SNIC_FAIL_DEREG=EBUSY:3. A bad value is reported on
  *       stderr once and ignored.
+ *   SNIC_ODP=0|explicit|implicit  on-demand paging (default 0: none, IBV_ACCESS_ON_DEMAND
+ *       fails EOPNOTSUPP): ibv_query_device_ex reports odp_caps (explicit: IBV_ODP_SUPPORT,
+ *       implicit: also IBV_ODP_SUPPORT_IMPLICIT, so ibv_reg_mr(pd, NULL, SIZE_MAX, ...ON_DEMAND)
+ *       registers the whole address space). An ODP MR pins nothing (not in pinned_bytes,
+ *       VmPin or RLIMIT_MEMLOCK); its DMA goes through the page tables at the time of the
+ *       access, so it follows remaps (an unmapped page or a write to a read-only one fails
+ *       EFAULT), and ibv_advise_mr prefetches pages into it.
+ *   SNIC_ODP_FAULT_NS=N  the first access to each page of an ODP MR that no prefetch
+ *       brought in takes N ns more (busy wait; default 0), a page fault's cost.
  *
  * fork(): the child gets a fresh NIC (own io_uring, opened lazily; counters at zero). It
  * may open the device, allocate PDs, register its own memory and use snic_* on its own
@@ -33,7 +42,9 @@
  * Differences from a real NIC: memory must be writable (io_uring pins for write, so a
  * read-only mapping fails EFAULT even for a read-only MR); a THP-backed page is charged
  * to VmPin/RLIMIT_MEMLOCK whole; RLIMIT_MEMLOCK is charged per user, not per process;
- * ibv_close_device fails EBUSY while PDs remain (rdma-core's kernel would clean up). */
+ * ibv_close_device fails EBUSY while PDs remain (rdma-core's kernel would clean up); an
+ * ODP MR's pages fault in once and stay in (no invalidation when memory is unmapped), and
+ * ibv_rereg_mr of an ODP MR fails EOPNOTSUPP. */
 
 /* A peer's RDMA WRITE of len bytes from src to [remote_addr, +len) of the MR with this
  * rkey. EINVAL: unknown or deregistered key, or range outside the MR; EACCES: the MR
@@ -88,5 +99,14 @@ struct snic_faults {
 };
 
 void snic_get_faults(struct snic_faults *out);
+
+/* On-demand paging (SNIC_ODP): ODP MRs live now and made since load, page faults taken
+ * by DMA (each paying SNIC_ODP_FAULT_NS), pages brought in by prefetch instead, and
+ * ibv_advise_mr calls that reached the device. A forked child starts from zero. */
+struct snic_odp_stats {
+    uint64_t live_odp_mrs, odp_regs, faults, prefetched, advise_calls;
+};
+
+void snic_get_odp_stats(struct snic_odp_stats *out);
 
 #endif

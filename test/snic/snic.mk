@@ -8,7 +8,7 @@ SNIC_LIB    := $(SNIC_DIR)/libibverbs.so.1
 SNIC_LINK   := -L$(SNIC_DIR) -libverbs
 SNIC_CFLAGS := -Itest/snic
 SNIC_SRCS   := $(addprefix test/snic/,snic_device.c snic_fork.c snic_log.c snic_nic.c \
-                 snic_pin.c snic_strs.c snic_stubs.c snic_verbs.c)
+                 snic_odp.c snic_pin.c snic_strs.c snic_stubs.c snic_verbs.c)
 SNIC_OBJS   := $(patsubst test/snic/%.c,$(SNIC_DIR)/obj/%.o,$(SNIC_SRCS))
 SNIC_DEPS   := $(SNIC_LIB) $(SNIC_DIR)/libibverbs.so
 
@@ -30,6 +30,10 @@ $(BUILD)/test/test_snic: test/snic/test_snic.c test/snic/snic.h test/check.h $(S
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
 
+$(BUILD)/test/test_snic_odp: test/snic/test_snic_odp.c test/snic/snic.h test/check.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) $(SNIC_LINK)
+
 # Defines ibv_reg_mr_iova2 itself; exported so the NIC's PLT slot binds to it.
 $(BUILD)/test/test_snic_plt: test/snic/test_snic_plt.c test/snic/snic.h test/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
@@ -42,9 +46,13 @@ $(BUILD)/test/snic_linkcheck: test/snic/snic_linkcheck.c | $(DEPS_STAMP)
 	$(call say,LD,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) -libverbs -ldl
 
 TEST_BINS += $(SNIC_DEPS) $(BUILD)/test/test_snic $(BUILD)/test/test_snic_plt \
-             $(BUILD)/test/snic_linkcheck
+             $(BUILD)/test/snic_linkcheck $(BUILD)/test/test_snic_odp
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_snic"
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_snic_plt"
+# On-demand paging: none, explicit only, and implicit with a page fault's cost modelled.
+TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_snic_odp"
+TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) SNIC_ODP=explicit $(BUILD)/test/test_snic_odp"
+TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) SNIC_ODP=implicit SNIC_ODP_FAULT_NS=100000 $(BUILD)/test/test_snic_odp"
 TEST_CMDS += "test/snic/test_abi.sh $(SNIC_DIR) $(BUILD)/test/snic_linkcheck '$(PRELOAD_PREFIX)'"
 
 -include $(SNIC_OBJS:.o=.d)

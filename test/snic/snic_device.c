@@ -1,8 +1,8 @@
 /* snic_device.c - the one device "snic0": device list, contexts, device/port/GID/P_Key
- * attributes, sysfs helpers. A context is a verbs_context with only query_port and
- * query_device_ex set, so verbs.h's other inline extended verbs fail EOPNOTSUPP. The
- * device is static; a context owns one eventfd as cmd_fd and async_fd (never ready: no
- * async events). One port (1), one GID, one P_Key. */
+ * attributes, sysfs helpers. A context is a verbs_context with only query_port,
+ * query_device_ex and advise_mr set, so verbs.h's other inline extended verbs fail
+ * EOPNOTSUPP. The device is static; a context owns one eventfd as cmd_fd and async_fd
+ * (never ready: no async events). One port (1), one GID, one P_Key. */
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -105,6 +105,8 @@ static int ctx_query_device_ex(struct ibv_context *context,
         return EINVAL;
     memset(attr, 0, attr_size);
     device_attr(&attr->orig_attr);
+    if (attr_size >= offsetof(struct ibv_device_attr_ex, odp_caps) + sizeof(attr->odp_caps))
+        odp_caps(&attr->odp_caps);
     return 0;
 }
 
@@ -269,6 +271,7 @@ SNIC_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     ctx->vctx.sz = sizeof(ctx->vctx);
     ctx->vctx.query_port = ctx_query_port;
     ctx->vctx.query_device_ex = ctx_query_device_ex;
+    ctx->vctx.advise_mr = nic_advise_mr;
     nic_ctx_init(ctx);
     return c;
 }

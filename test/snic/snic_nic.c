@@ -1,8 +1,9 @@
 /* snic_nic.c - the device: PDs, MRs and keys, the kernel's access checks, the cost model
- * (SNIC_REG_COST_NS), the failure injector (snic_fail_*, SNIC_FAIL_*), counters and the DMA
- * calls of snic.h. Invariants (nic_lock): an MR is in mr_table iff live and pinned (a
- * refused dereg leaves it so); live_pds/live_mrs count live children; pinned_bytes sums the
- * page spans in mr_table; an object with gen != nic_gen was inherited (nic_fork_child). */
+ * (SNIC_REG_COST_NS), the failure injector (snic_fail_*, SNIC_FAIL_*), counters, the DMA
+ * calls of snic.h and ibv_advise_mr. Invariants (nic_lock): an MR is in mr_table iff live
+ * and, unless ODP, pinned (a refused dereg leaves it so); live_pds/live_mrs count live
+ * children; pinned_bytes sums the page spans of the pinned MRs in mr_table; an object with
+ * gen != nic_gen was inherited (nic_fork_child). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -39,7 +40,9 @@ struct snic_mr {
     unsigned access;
     unsigned gen;
     uint32_t key; /* lkey == rkey; never reused while 2^32 others are handed out */
+    bool odp;     /* pins nothing: pin.addr/len only bound it, faulted holds its pages */
     struct snic_pin pin;
+    struct odp_page *faulted;
     UT_hash_handle hh; /* mr_table, by key */
 };
 
@@ -221,7 +224,7 @@ static int inherited(unsigned gen, const char *call, const char *what)
     return EIO;
 }
 
-/* ib_check_mr_access, and no on-demand paging on this device. */
+/* ib_check_mr_access; on-demand paging only as SNIC_ODP allows. */
 static int check_access(unsigned access)
 {
     if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
@@ -229,7 +232,7 @@ static int check_access(unsigned access)
         return EINVAL;
     if (access & ~ACCESS_KNOWN)
         return EINVAL;
-    if (access & (IBV_ACCESS_ON_DEMAND | ACCESS_FLUSH))
+    if (access & ACCESS_FLUSH)
         return EOPNOTSUPP;
     return 0;
 }
@@ -346,6 +349,8 @@ struct ibv_mr *nic_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t 
         err = EINVAL;
     if (!err)
         err = check_access(access);
+    if (!err && (access & IBV_ACCESS_ON_DEMAND))
+        err = odp_check(addr, len);
     if (!err && (!len || a + len < a))
         err = EINVAL;
     if (!err) {
@@ -360,12 +365,15 @@ struct ibv_mr *nic_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t 
     mr = calloc(1, sizeof(*mr));
     if (!mr)
         goto fail;
-    err = pin_range(&mr->pin, addr, len);
-    if (err) {
+    mr->odp = access & IBV_ACCESS_ON_DEMAND;
+    if (mr->odp) {
+        mr->pin.addr = a;
+        mr->pin.len = len;
+    } else if ((err = pin_range(&mr->pin, addr, len))) {
         free(mr);
         goto fail;
     }
-    cost_wait(t0, len);
+    cost_wait(t0, mr->odp ? 0 : len);
     mr->pd = pd;
     mr->iova = iova;
     mr->access = access;
@@ -377,7 +385,10 @@ struct ibv_mr *nic_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t 
     pd->live_mrs++;
     stats.live_mrs++;
     stats.reg_calls++;
-    pinned_add(span(a, len));
+    if (mr->odp)
+        odp_count_mr(1);
+    else
+        pinned_add(span(a, len));
     mr->ibv.handle = mr->ibv.lkey = mr->ibv.rkey = mr->key;
     pthread_mutex_unlock(&nic_lock);
     return &mr->ibv;
@@ -404,10 +415,16 @@ int nic_dereg_mr(struct ibv_mr *ibmr)
     mr->pd->live_mrs--;
     stats.live_mrs--;
     stats.dereg_calls++;
-    stats.pinned_bytes -= span(mr->pin.addr, mr->pin.len);
+    if (mr->odp) {
+        odp_count_mr(-1);
+        odp_release(&mr->faulted);
+    } else {
+        stats.pinned_bytes -= span(mr->pin.addr, mr->pin.len);
+    }
     pthread_mutex_unlock(&nic_lock);
     /* No DMA can use the pin now: DMA looks the key up and runs under nic_lock. */
-    pin_release(&mr->pin);
+    if (!mr->odp)
+        pin_release(&mr->pin);
     free(mr);
     return 0;
 }
@@ -429,6 +446,8 @@ int nic_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
         return err;
     if (!flags)
         return EINVAL;
+    if (mr->odp || (flags & IBV_REREG_MR_CHANGE_ACCESS && access & IBV_ACCESS_ON_DEMAND))
+        return EOPNOTSUPP;
     if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && (err = check_access((unsigned)access)))
         return err;
     if ((flags & IBV_REREG_MR_CHANGE_PD) &&
@@ -494,8 +513,12 @@ static int nic_dma(uint32_t key, uint64_t addr, const void *src, void *dst, size
         err = EINVAL;
     else if ((mr->access & need) != need)
         err = EACCES;
+    else if (!len)
+        err = 0;
+    else if (mr->odp)
+        err = odp_dma(&mr->faulted, mr->pin.addr + off, src, dst, len);
     else
-        err = len ? pin_dma(&mr->pin, mr->pin.addr + off, src, dst, len) : 0;
+        err = pin_dma(&mr->pin, mr->pin.addr + off, src, dst, len);
 out:
     pthread_mutex_unlock(&nic_lock);
     return err;
@@ -530,6 +553,44 @@ SNIC_EXPORT void snic_get_stats(struct snic_stats *out)
     pthread_mutex_unlock(&nic_lock);
 }
 
+/* EOPNOTSUPP without ODP; then rdma-core's checks (a known advice and flag, an sge), and
+ * each sge: an lkey of an ODP MR of this PD, its range inside the MR. Prefetching is done
+ * at once, so the answer is the same with or without IBV_ADVISE_MR_FLAG_FLUSH. */
+int nic_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+                  struct ibv_sge *sg_list, uint32_t num_sge)
+{
+    int err = 0;
+
+    if (!odp_on())
+        return EOPNOTSUPP;
+    if ((advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+         advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) ||
+        (flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH) || !num_sge || !sg_list)
+        return EINVAL;
+    pthread_mutex_lock(&nic_lock);
+    for (uint32_t i = 0; i < num_sge && !err; i++) {
+        struct snic_mr *mr;
+        uint64_t off;
+
+        HASH_FIND(hh, mr_table, &sg_list[i].lkey, sizeof(sg_list[i].lkey), mr);
+        off = mr ? sg_list[i].addr - mr->iova : 0;
+        if (!mr || !mr->odp || &mr->pd->ibv != pd || sg_list[i].addr < mr->iova ||
+            off > mr->pin.len || sg_list[i].length > mr->pin.len - off)
+            err = EINVAL;
+        else
+            err = odp_prefetch(&mr->faulted, mr->pin.addr + off, sg_list[i].length);
+    }
+    pthread_mutex_unlock(&nic_lock);
+    return err;
+}
+
+SNIC_EXPORT void snic_get_odp_stats(struct snic_odp_stats *out)
+{
+    pthread_mutex_lock(&nic_lock);
+    odp_get_stats(out);
+    pthread_mutex_unlock(&nic_lock);
+}
+
 SNIC_EXPORT void snic_reset_peak(void)
 {
     pthread_mutex_lock(&nic_lock);
@@ -559,6 +620,7 @@ static void nic_fork_child(void)
     memset(&fault_reg, 0, sizeof(fault_reg));
     memset(&fault_dereg, 0, sizeof(fault_dereg));
     atomic_store_explicit(&iova2_entries, 0, memory_order_relaxed);
+    odp_fork_child();
     nic_gen++;
     pthread_mutex_unlock(&nic_lock);
 }

@@ -70,6 +70,22 @@ void pin_fork_prepare(void);
 void pin_fork_parent(void);
 void pin_fork_child(void);
 
+/* snic_odp.c: on-demand paging, under nic_lock. A set of faulted pages starts NULL. */
+struct odp_page;
+void odp_caps(struct ibv_odp_caps *caps);
+int odp_on(void);
+int odp_check(const void *addr, size_t len); /* EOPNOTSUPP without the capability */
+int odp_dma(struct odp_page **set, uintptr_t va, const void *src, void *dst, size_t len);
+int odp_prefetch(struct odp_page **set, uintptr_t va, size_t len);
+void odp_release(struct odp_page **set);
+void odp_count_mr(int delta);
+struct snic_odp_stats;
+void odp_get_stats(struct snic_odp_stats *out);
+void odp_fork_child(void);
+/* snic_nic.c: ibv_advise_mr, the verbs_context op. */
+int nic_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+                  struct ibv_sge *sg_list, uint32_t num_sge);
+
 /* snic_fork.c: RDMAV_FORK_SAFE / IBV_FORK_SAFE, read at the first ibv_get_device_list. */
 void fork_env_init(void);
 

@@ -24,7 +24,7 @@ fi
 
 if exports "$lib" | grep -qx 'IBVERBS_1.1 ibv_reg_mr' &&
    exports "$lib" | grep -qx 'IBVERBS_1.8 ibv_reg_mr_iova2' &&
-   [ "$(exports "$lib" | grep -c '^SNIC_1.0 snic_')" -eq 9 ]; then
+   [ "$(exports "$lib" | grep -c '^SNIC_1.0 snic_')" -eq 10 ]; then
     ok default_versions_and_snic_node
 else
     not_ok default_versions_and_snic_node "$(exports "$lib" | grep -E 'reg_mr|snic_')"

@@ -40,7 +40,7 @@ static double now(void)
 static void setup_max(uint64_t n, uint64_t max)
 {
     struct mrc_cache_params p = {
-        .ops = { nop_reg, nop_dereg, NULL }, .max_entries = max, .max_bytes = 1ull << 50,
+        .ops = { nop_reg, nop_dereg, NULL, NULL }, .max_entries = max, .max_bytes = 1ull << 50,
         .max_deferred_bytes = 1ull << 30, .page_size = PG, .remote_mask = 2, .local_super_mask = 1,
     };
     mrc_cache_init(&cache, &p);

@@ -71,7 +71,7 @@ static void setup_with(uint64_t max_entries, uint64_t max_bytes, enum mrc_remote
     fake_init(&fb);
     forgotten = 0;
     struct mrc_cache_params p = {
-        .ops = { fake_reg, fake_dereg, &fb },
+        .ops = { fake_reg, fake_dereg, &fb, NULL },
         .max_entries = max_entries,
         .max_bytes = max_bytes,
         .max_deferred_bytes = 1u << 20,
@@ -466,6 +466,102 @@ static void test_enomem_with_all_in_use_fails(void)
     mrc_cache_put(&cache, a);
 }
 
+/* A last try that pins nothing: registered past the limit, out of the pinned gauges,
+ * deregistered as any; one that fails leaves the caller the first error. */
+static int last_calls, last_fails;
+static int last_unpinned(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
+                         void **reg)
+{
+    last_calls++;
+    if (last_fails)
+        return -EOPNOTSUPP;
+    struct fake_backend *f = ctx;
+    uint64_t limit = f->limit_bytes;
+    f->limit_bytes = 0;
+    int rc = fake_reg(ctx, domain, addr, len, iova, access, reg);
+    f->limit_bytes = limit;
+    return rc ? rc : MRC_REG_UNPINNED;
+}
+
+static void setup_last_try(void)
+{
+    setup();
+    cache.p.ops.reg_last = last_unpinned;
+    last_calls = last_fails = 0;
+}
+
+static void test_last_try_pins_nothing(void)
+{
+    setup_last_try();
+    fb.limit_bytes = 2 * PG;
+    struct mrc_entry *a = get(&dom_a, 0x3000000, 2 * PG, LW);
+    struct mrc_entry *b = get(&dom_a, 0x3100000, 4 * PG, LW);
+    CHECK(a && b && last_calls == 1 && fb.live == 2);
+    struct mrc_gauges g;
+    mrc_cache_get_gauges(&cache, &g);
+    CHECKF(g.bytes == 2 * PG && g.entries == 2, "%llu bytes, %llu entries", (unsigned long long)g.bytes,
+           (unsigned long long)g.entries);
+    mrc_cache_put(&cache, b);
+    struct mrc_entry *again = get(&dom_a, 0x3100000, 4 * PG, LW);
+    CHECK(again == b && last_calls == 1);   /* cached under the caller's key */
+    mrc_cache_put(&cache, again);
+    mrc_cache_put(&cache, a);
+    CHECK(mrc_cache_flush(&cache, NULL, NULL) == 0 && fb.live == 0);
+    mrc_cache_get_gauges(&cache, &g);
+    CHECK(g.bytes == 0 && g.entries == 0);
+}
+
+static void test_failed_last_try_keeps_first_error(void)
+{
+    setup_last_try();
+    last_fails = 1;
+    fb.limit_bytes = 2 * PG;
+    struct mrc_entry *a = get(&dom_a, 0x3000000, 2 * PG, LW), *b = NULL;
+    CHECK(mrc_cache_get(&cache, &dom_a, 0x3100000, PG, 0x3100000, LW, &b) == -ENOMEM && last_calls == 1);
+    fb.limit_bytes = 0;
+    fb.fail_errno = EACCES;   /* not out of memory: no last try */
+    CHECK(mrc_cache_get(&cache, &dom_a, 0x3200000, PG, 0x3200000, LW, &b) == -EACCES && last_calls == 1);
+    fb.fail_errno = 0;
+    mrc_cache_put(&cache, a);
+}
+
+/* A registration the back-end shares: no registration counted or timed, nothing pinned. */
+static void *shared_reg_obj;
+static int reg_shared(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
+                      void **reg)
+{
+    (void)ctx, (void)domain, (void)addr, (void)len, (void)iova, (void)access;
+    *reg = &shared_reg_obj;
+    return MRC_REG_SHARED;
+}
+
+static int dereg_shared(void *ctx, void *reg)
+{
+    (void)ctx;
+    return reg == &shared_reg_obj ? 0 : -EINVAL;
+}
+
+static void test_shared_registration_is_not_counted(void)
+{
+    setup();
+    cache.p.ops.reg = reg_shared;
+    cache.p.ops.dereg = dereg_shared;
+    struct mrc_stats_block s0, s1;
+    mrc_stats_sum(&s0);
+    struct mrc_entry *e = get(&dom_a, 0x3000000, 4 * PG, LW);
+    CHECK(e && e->reg == &shared_reg_obj);
+    struct mrc_gauges g;
+    mrc_cache_get_gauges(&cache, &g);
+    CHECK(g.bytes == 0 && g.entries == 1);
+    mrc_cache_put(&cache, e);
+    CHECK(mrc_cache_flush(&cache, NULL, NULL) == 0);
+    mrc_stats_sum(&s1);
+    CHECK(s1.v[MRC_STAT_MISSES] == s0.v[MRC_STAT_MISSES] + 1);
+    CHECK(s1.v[MRC_STAT_REAL_REGS] == s0.v[MRC_STAT_REAL_REGS] && s1.v[MRC_STAT_REAL_DEREGS] == s0.v[MRC_STAT_REAL_DEREGS]);
+    cache.p.ops.reg = fake_reg;
+    cache.p.ops.dereg = fake_dereg;
+}
+
 static void test_backend_error_passes_through(void)
 {
     setup();
@@ -643,7 +739,7 @@ static void test_deferred_bound_calls_for_help(void)
     fake_init(&fb);
     forgotten = 0;
     struct mrc_cache_params p = {
-        .ops = { fake_reg, fake_dereg, &fb },
+        .ops = { fake_reg, fake_dereg, &fb, NULL },
         .max_entries = 1000, .max_bytes = 1ull << 40, .max_deferred_bytes = 4 * PG,
         .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
         .deferred_full = on_full,
@@ -673,7 +769,7 @@ static void test_parked_bound_calls_for_help(void)
     fake_init(&fb);
     forgotten = 0;
         struct mrc_cache_params p = {
-            .ops = { fake_reg, fake_dereg, &fb },
+            .ops = { fake_reg, fake_dereg, &fb, NULL },
             .max_entries = 1000, .max_bytes = 1ull << 40,
             .max_deferred_bytes = past ? 39 * PG : 40 * PG,
             .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
@@ -1019,7 +1115,7 @@ static void test_reg_time_counted_in_ns(void)
     fake_init(&fb);
     forgotten = 0;
     struct mrc_cache_params p = {
-        .ops = { slow_reg, fake_dereg, &fb }, .max_entries = 100, .max_bytes = 1ull << 40,
+        .ops = { slow_reg, fake_dereg, &fb, NULL }, .max_entries = 100, .max_bytes = 1ull << 40,
         .max_deferred_bytes = 1u << 20, .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
     };
     CHECK(cache_start(&p) == 0);
@@ -1395,7 +1491,7 @@ static void setup_hooked(uint64_t max_entries, uint64_t max_bytes)
     forgotten = 0;
     in_reg = NULL;
     struct mrc_cache_params p = {
-        .ops = { reg_hooked, fake_dereg, &fb },
+        .ops = { reg_hooked, fake_dereg, &fb, NULL },
         .max_entries = max_entries, .max_bytes = max_bytes, .max_deferred_bytes = 1u << 20,
         .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
     };
@@ -1984,7 +2080,7 @@ static void stress_run(uint64_t stride, int long_runs)
     fake_init(&fb);
     forgotten = 0;
     struct mrc_cache_params p = {
-        .ops = { stress_reg_fn, stress_dereg_fn, &fb },
+        .ops = { stress_reg_fn, stress_dereg_fn, &fb, NULL },
         .max_entries = 48, .max_bytes = 1ull << 40, .max_deferred_bytes = 1u << 20,
         .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
     };
@@ -2229,6 +2325,9 @@ int main(void)
     RUN(test_limit_bytes);
     RUN(test_enomem_evicts_and_retries);
     RUN(test_enomem_with_all_in_use_fails);
+    RUN(test_last_try_pins_nothing);
+    RUN(test_failed_last_try_keeps_first_error);
+    RUN(test_shared_registration_is_not_counted);
     RUN(test_backend_error_passes_through);
     RUN(test_expand_widens_local_misses_only);
     RUN(test_expand_refused_registers_own_range);

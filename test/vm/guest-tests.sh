@@ -164,6 +164,29 @@ stale_mr() {
     fi
 }
 
+# ------------------------------------------------------------------ on-demand paging
+# rxe on Debian 12's kernel reports no odp_caps: each MRCACHE_ODP mode must stay off, say
+# so in one line, and leave the stale-MR program's result as it is without the mode.
+odp() {
+    for mode in fallback implicit; do
+        if [ "$have_lib" != 1 ]; then
+            notok "odp_${mode}_stays_off" "no libmrcache.so"
+            continue
+        fi
+        pre "odp_$mode" env MRCACHE_ODP=$mode MRCACHE_LOG=info "$BIN/vm_stale_mr" --expect visible \
+            "odp_${mode}_stays_off_fresh_registration_visible" >"$OUT/odp_$mode" 2>&1
+        grep -E '^(not )?ok - ' "$OUT/odp_$mode"
+        n=$(grep -c "MRCACHE_ODP=$mode: $DEV has no on-demand paging; its registrations are pinned, as with off" \
+            "$OUT/odp_$mode")
+        if [ "$n" -eq 1 ] && grep -q "$DEV: odp_caps general 0," "$OUT/odp_$mode"; then
+            ok "odp_${mode}_stays_off_one_line"
+        else
+            grep -E 'odp|ODP' "$OUT/odp_$mode" | diag
+            notok "odp_${mode}_stays_off_one_line" "$n lines saying the mode stays off"
+        fi
+    done
+}
+
 # ------------------------------------------------------------------ client/server pairs
 # pair NAME MODE PORT SERVER_CMD CLIENT_CMD [CHECK_REGEX]: runs a server and, once it
 # listens on PORT, its client (both under the preload when MODE is pre), each bounded by
@@ -625,6 +648,7 @@ echo "# guest tests: $tests (uptime $(uptime_s) s)"
 setup_rxe || { echo "# no rxe0: nothing else can run"; exit 1; }
 check_preload
 want stale && stale_mr
+want odp && odp
 want perftest && perftest
 want ucx && ucx
 want regcost && regcost
