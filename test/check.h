@@ -60,6 +60,14 @@ static const char *check_skip_why;  /* set by SKIP_TEST in the running test */
  * resource): it reports SKIP with the reason instead of ok, unless a CHECK failed. */
 #define SKIP_TEST(why) (check_skip_why = (why))
 
+/* A user id no account has and no other process runs as, for a test that drops root:
+ * pins are charged to the user, so another process of nobody's (another run of the
+ * suite, say) would spend the test's RLIMIT_MEMLOCK. */
+__attribute__((unused)) static unsigned check_private_uid(void)
+{
+    return 4000000u + (unsigned)getpid() % 1000000u;
+}
+
 /* SKIP_TEST with a formatted reason. */
 static char check_skip_buf[256];
 __attribute__((format(printf, 1, 2), unused)) static void check_skipf(const char *fmt, ...)

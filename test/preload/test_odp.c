@@ -118,7 +118,7 @@ static int memlock_child(void)
 {
     struct rlimit lim = { 256 << 10, 256 << 10 };
     if (setrlimit(RLIMIT_MEMLOCK, &lim) ||
-        (geteuid() == 0 && (setgroups(0, NULL) || setgid(65534) || setuid(65534)))) {
+        (geteuid() == 0 && (setgroups(0, NULL) || setgid(check_private_uid()) || setuid(check_private_uid())))) {
         fprintf(stderr, "cannot drop to a small RLIMIT_MEMLOCK: %s\n", strerror(errno));
         return 1;
     }

@@ -893,9 +893,7 @@ static int memlock_child(void)
     struct ibv_mr *a, *b;
     char *buf;
 
-    /* A user id nobody else runs as: pins are charged to the user, so another process
-     * of nobody's (another run of this test, say) would spend this one's limit. */
-    uid_t id = 4000000 + (uid_t)(getpid() % 1000000);
+    uid_t id = check_private_uid();
 
     if (setrlimit(RLIMIT_MEMLOCK, &lim) || setgroups(0, NULL) || setgid(id) || setuid(id))
         return child_fail("cannot become user %u: %s", (unsigned)id, strerror(errno));
