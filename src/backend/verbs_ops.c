@@ -1,4 +1,5 @@
-/* verbs_ops.c - registers and deregisters through the real libibverbs entry points, and
+/* verbs_ops.c - registers and deregisters through the real libibverbs entry points (a miss
+ * prepares its memory first and counts what it pinned: prepare.h), and
  * says which access flags grant remote rights. Invariants: calls only real functions,
  * never our own hooks (no double counting, no recursion into the cache); a range is
  * watched by the userfaultfd source before the NIC pins it, and unwatched once its
@@ -7,11 +8,15 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 
+#include "backend/prepare.h"
 #include "backend/verbs_ops.h"
 #include "monitor/patch.h"
 #include "monitor/uffd.h"
 #include "util/hot.h"
 #include "util/real.h"
+
+/* The rights that make the kernel pin pages for writing (its ib_access_writable). */
+#define WRITABLE (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
 
 MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                              uint32_t access, void **reg)
@@ -20,6 +25,8 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
     /* A patcher that wrote over an entry point we rely on without making the page
      * executable through our mprotect is found here, one entry point per miss. */
     mrc_patch_check();
+    /* Huge pages and a parallel fault-in first (each off below its threshold). */
+    mrc_prepare(addr, len, (access & WRITABLE) != 0);
     /* Before the pinning: an unmap during the NIC call is then reported, and the cache's
      * race check (mrc_cache_unmap_begin's ring) keeps the registration out of the tree. */
     mrc_uffd_watch(addr, len);
@@ -30,6 +37,7 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
         mrc_uffd_unwatch(addr, len);
         return err;
     }
+    mrc_prepare_account(addr, len);
     *reg = mr;
     return 0;
 }
