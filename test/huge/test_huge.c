@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "mrc_counter.h"
 
 #define MIB (1ul << 20)
 #define HUGE (2ul << 20)
@@ -22,29 +23,6 @@ static int preloaded;
 static const char *mode = "off";   /* MRCACHE_HUGEPAGES */
 static int populate_on = 1;        /* MRCACHE_POPULATE is not off */
 static int thp_never;
-
-/* A counter of libmrcache's JSON dump, or -1. */
-static long long counter(const char *name)
-{
-    char path[] = "/tmp/mrc_huge_XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0)
-        return -1;
-    unlink(path);
-    static char buf[65536];
-    long long v = -1;
-    if (mrcache_stats_dump(fd, MRCACHE_DUMP_JSON) == 0) {
-        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-        buf[n > 0 ? n : 0] = 0;
-        char key[80];
-        snprintf(key, sizeof(key), "\"%s\": ", name);
-        const char *p = strstr(buf, key);
-        if (p)
-            v = atoll(p + strlen(key));
-    }
-    close(fd);
-    return v;
-}
 
 static int huge_mode(void)
 {
@@ -58,18 +36,18 @@ static void test_cold_registration_lands_in_current_mapping(void)
     CHECK(p);
     if (!p)
         return;
-    long long huge0 = counter("huge_page_bytes"), adv0 = counter("huge_advised_bytes");
+    long long huge0 = mrc_counter("huge_page_bytes"), adv0 = mrc_counter("huge_advised_bytes");
     struct ibv_mr *mr = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE);
     CHECK(mr);
     if (!mr)
         return;
     CHECK(write_visible(mr, p, len, 0x5a));
     if (huge_mode()) {
-        CHECK(counter("huge_advised_bytes") - adv0 == (long long)len);
-        if (counter("huge_page_bytes") == huge0)
+        CHECK(mrc_counter("huge_advised_bytes") - adv0 == (long long)len);
+        if (mrc_counter("huge_page_bytes") == huge0)
             SKIP_TEST("advised, but the kernel gave no huge page (none free?)");
     } else if (preloaded) {
-        CHECK(counter("huge_advised_bytes") == adv0);
+        CHECK(mrc_counter("huge_advised_bytes") == adv0);
     }
     CHECK(ibv_dereg_mr(mr) == 0);
     /* Part of the range unmapped and mapped again: the cached MR must not serve it. */
@@ -91,7 +69,7 @@ static void test_program_data_survives(void)
         return;
     for (size_t i = 0; i < len; i += 512)
         p[i] = (char)(i / 512 * 7);
-    long long col0 = counter("huge_collapsed_bytes");
+    long long col0 = mrc_counter("huge_collapsed_bytes");
     struct ibv_mr *mr = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE);
     CHECK(mr);
     int bad = 0;
@@ -100,7 +78,7 @@ static void test_program_data_survives(void)
     CHECKF(bad == 0, "%d bytes changed", bad);
     if (mr)
         CHECK(write_visible(mr, p, len, 0x33));
-    if (preloaded && !strcmp(mode, "collapse") && counter("huge_collapsed_bytes") == col0)
+    if (preloaded && !strcmp(mode, "collapse") && mrc_counter("huge_collapsed_bytes") == col0)
         SKIP_TEST("the kernel collapsed nothing here (THP always, or no free huge page)");
     if (mr)
         ibv_dereg_mr(mr);
@@ -119,7 +97,7 @@ static void test_registration_over_the_range_stays_correct(void)
      * pages stay pinned under that registration's collapse. */
     struct ibv_mr *a = ibv_reg_mr(pd, p + HUGE, small, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     CHECK(a);
-    long long refused0 = counter("collapse_failures");
+    long long refused0 = mrc_counter("collapse_failures");
     struct ibv_mr *b = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE);
     CHECK(b);
     if (!a || !b)
@@ -128,7 +106,7 @@ static void test_registration_over_the_range_stays_correct(void)
     CHECK(write_visible(b, p, len, 0x22));
     CHECK(write_visible(a, p + HUGE, small, 0x44));
     if (preloaded && !strcmp(mode, "collapse"))
-        CHECKF(counter("collapse_failures") > refused0, "the pinned extent was not refused");
+        CHECKF(mrc_counter("collapse_failures") > refused0, "the pinned extent was not refused");
     ibv_dereg_mr(a);
     ibv_dereg_mr(b);
     munmap(p, len);
@@ -141,14 +119,14 @@ static void test_cold_memory_populated_first(void)
     CHECK(p);
     if (!p)
         return;
-    long long pop0 = counter("populated_bytes");
+    long long pop0 = mrc_counter("populated_bytes");
     struct ibv_mr *mr = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE);
     CHECK(mr && write_visible(mr, p, len, 0x77));
     long long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (preloaded && populate_on && cpus > 1)
-        CHECK(counter("populated_bytes") - pop0 == (long long)len);
+        CHECK(mrc_counter("populated_bytes") - pop0 == (long long)len);
     else if (preloaded)
-        CHECK(counter("populated_bytes") == pop0);
+        CHECK(mrc_counter("populated_bytes") == pop0);
     if (mr)
         ibv_dereg_mr(mr);
     /* Without write access: populated for reading, and registered as well. */
@@ -160,7 +138,7 @@ static void test_cold_memory_populated_first(void)
     if (q)
         munmap(q, len);
     if (preloaded && !populate_on)
-        CHECK(counter("populated_bytes") == pop0);
+        CHECK(mrc_counter("populated_bytes") == pop0);
     munmap(p, len);
 }
 
