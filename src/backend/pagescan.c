@@ -1,5 +1,6 @@
 /* pagescan.c - the kernel's PAGEMAP_SCAN over /proc/self/pagemap: runs of present pages
- * and whether they are huge, and the page-size mix a registration is made over.
+ * and whether they are huge, and the page-size mix a registration is made over; mincore
+ * where the kernel lacks the scan (residency only).
  * Invariants: the file is opened for each scan and closed before returning, so a
  * program's close_range or a fork never leaves us reading another file; the result
  * vector is on the stack (no allocation); once the kernel refuses the call it is never
@@ -8,6 +9,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backend/pagescan.h"
@@ -28,6 +30,41 @@ struct mrc_pm_scan_arg {
 #define SCAN_VEC 64   /* runs per call: 1.5 KiB of stack */
 
 static int scan_missing;   /* the kernel lacks PAGEMAP_SCAN */
+
+/* Without PAGEMAP_SCAN (before Linux 6.7): residency from mincore(2), one 2 MiB window
+ * at a time (a 512-byte vector), in runs of resident pages; huge pages are not told. */
+#define WINDOW_PAGES 512
+
+static int scan_mincore(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg)
+{
+    unsigned char vec[WINDOW_PAGES];
+    uint64_t run = 0;   /* start of the resident run under way, 0: none */
+    for (uint64_t at = start; at < end; at += WINDOW_PAGES * 4096ull) {
+        uint64_t n = (end - at) / 4096 < WINDOW_PAGES ? (end - at) / 4096 : WINDOW_PAGES;
+        if (mincore((void *)(uintptr_t)at, n * 4096, vec) != 0)
+            return -errno;   /* a hole: the caller registers as is */
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t page = at + i * 4096;
+            if ((vec[i] & 1) && !run)
+                run = page;
+            if (!(vec[i] & 1) && run) {
+                int rc = fn(run, page, MRC_PAGES_PRESENT, arg);
+                if (rc)
+                    return rc;
+                run = 0;
+            }
+        }
+    }
+    return run ? fn(run, end, MRC_PAGES_PRESENT, arg) : 0;
+}
+
+int mrc_pagescan_resident(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg)
+{
+    int rc = mrc_pagescan(start, end, fn, arg);
+    if (rc != -EOPNOTSUPP)
+        return rc;
+    return scan_mincore(start & ~(uint64_t)4095, (end + 4095) & ~(uint64_t)4095, fn, arg);
+}
 
 static unsigned flags_of(uint64_t categories)
 {

@@ -189,7 +189,7 @@ void mrc_prepare(uint64_t addr, uint64_t len, int writable)
     w.cur = w.lo;
     if (w.hi <= w.lo)
         w.huge = 0;
-    if (mrc_pagescan(addr, addr + len, walk_fn, &w) != 0)
+    if (mrc_pagescan_resident(addr, addr + len, walk_fn, &w) != 0)
         return;   /* no scan, no knowledge: register as is */
     absent_add(&w, w.seen, w.end);
     if (w.huge) {

@@ -258,7 +258,7 @@ static const struct mrc_config_row rows[] = {
         parse_huge, hugepages),
     ROW("MRCACHE_HUGEPAGES_MIN", "2M", "with MRCACHE_HUGEPAGES: registrations at least this long (at least 2M) get huge pages",
         parse_positive, hugepages_min),
-    ROW("MRCACHE_POPULATE", "64M", "a miss with at least this many bytes not yet resident faults them in with several threads before the pin (MADV_POPULATE_WRITE, or _READ without write access; Linux 6.7+ for the page scan); off or 0: never",
+    ROW("MRCACHE_POPULATE", "off", "a size (64M, say): a miss with at least this many bytes not yet resident faults them in with several threads before the pin (MADV_POPULATE_WRITE, or _READ without write access; Linux 5.14+); off or 0: never (the default: see docs/benchmarks.md)",
         parse_size_or_off, populate),
     ROW("MRCACHE_POPULATE_THREADS", "auto", "threads that populate, the registering one included: auto (the online CPUs, at most 8) or a number (1: the pin faults pages in alone)",
         parse_size_or_auto, populate_threads),

@@ -135,10 +135,11 @@ static void build_big(void)
         { "warm", "default", "populated, libmrcache defaults" },
         { "warm", "advise", "populated, advise" },
         { "warm", "collapse", "populated, collapse" },
-        { "cold", "nopop", "cold, no parallel fault-in" },
-        { "cold", "default", "cold, defaults (populate, 2 threads)" },
-        { "cold", "pop4", "cold, populate with 4 threads" },
+        { "cold", "default", "cold, libmrcache defaults" },
+        { "cold", "pop2", "cold, populate, 2 threads" },
+        { "cold", "pop4", "cold, populate, 4 threads" },
         { "cold", "advise", "cold, advise" },
+        { "cold", "advpop", "cold, advise + populate, 2 threads" },
         { "cold", "collapse", "cold, collapse" },
     };
     for (unsigned z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {

@@ -63,10 +63,11 @@ alt() {
 # under each libmrcache variant, the variants' order reversed on every other repetition.
 BIG_SIZES=${BENCH_BIG_SIZES:-64 512 2048}
 BIG_VARIANTS=(
-    "nopop MRCACHE_POPULATE=off"
     "default"
-    "pop4 MRCACHE_POPULATE_THREADS=4"
+    "pop2 MRCACHE_POPULATE=64M MRCACHE_POPULATE_THREADS=2"
+    "pop4 MRCACHE_POPULATE=64M MRCACHE_POPULATE_THREADS=4"
     "advise MRCACHE_HUGEPAGES=advise"
+    "advpop MRCACHE_HUGEPAGES=advise MRCACHE_POPULATE=64M MRCACHE_POPULATE_THREADS=2"
     "collapse MRCACHE_HUGEPAGES=collapse"
 )
 alt_big() { # REPS

@@ -21,7 +21,7 @@
 
 static int preloaded;
 static const char *mode = "off";   /* MRCACHE_HUGEPAGES */
-static int populate_on = 1;        /* MRCACHE_POPULATE is not off */
+static int populate_on;            /* MRCACHE_POPULATE names a size */
 static int thp_never;
 
 static int huge_mode(void)
@@ -149,7 +149,7 @@ int main(void)
     if (m)
         mode = m;
     const char *pop = getenv("MRCACHE_POPULATE");
-    populate_on = !pop || (strcmp(pop, "off") && strcmp(pop, "0"));
+    populate_on = pop && strcmp(pop, "off") && strcmp(pop, "0");
     thp_never = !strcmp(check_thp_setting(), "never");
     open_nic();
     if (nic.real) {
