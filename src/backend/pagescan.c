@@ -35,9 +35,11 @@ static int scan_missing;   /* the kernel lacks PAGEMAP_SCAN */
  * at a time (a 512-byte vector), in runs of resident pages; huge pages are not told. */
 #define WINDOW_PAGES 512
 
-static int scan_mincore(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg)
+int mrc_pagescan_mincore(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg)
 {
     unsigned char vec[WINDOW_PAGES];
+    start &= ~(uint64_t)4095;
+    end = (end + 4095) & ~(uint64_t)4095;
     uint64_t run = 0;   /* start of the resident run under way, 0: none */
     for (uint64_t at = start; at < end; at += WINDOW_PAGES * 4096ull) {
         uint64_t n = (end - at) / 4096 < WINDOW_PAGES ? (end - at) / 4096 : WINDOW_PAGES;
@@ -63,7 +65,7 @@ int mrc_pagescan_resident(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void
     int rc = mrc_pagescan(start, end, fn, arg);
     if (rc != -EOPNOTSUPP)
         return rc;
-    return scan_mincore(start & ~(uint64_t)4095, (end + 4095) & ~(uint64_t)4095, fn, arg);
+    return mrc_pagescan_mincore(start, end, fn, arg);
 }
 
 static unsigned flags_of(uint64_t categories)

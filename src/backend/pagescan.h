@@ -20,6 +20,8 @@ int mrc_pagescan(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg);
 /* The same, falling back to mincore(2) where the kernel lacks PAGEMAP_SCAN: runs of
  * resident pages then never say MRC_PAGES_HUGE. For what needs residency only. */
 int mrc_pagescan_resident(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg);
+/* The fallback itself: runs of resident pages from mincore(2), never huge. */
+int mrc_pagescan_mincore(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg);
 
 /* The page-size mix of [start, end): bytes present in base pages and in huge pages, and
  * the NIC's translation entries, one per base page or per huge page found (entries_4k:

@@ -217,6 +217,49 @@ static void test_populate_in_parallel(void)
     munmap(p, 64 * MIB);
 }
 
+/* Runs recorded by a scan. */
+struct runs {
+    uint64_t s[16], e[16];
+    unsigned n;
+};
+
+static int record(uint64_t s, uint64_t e, unsigned flags, void *arg)
+{
+    struct runs *r = arg;
+    (void)flags;
+    if (r->n && r->e[r->n - 1] == s) {   /* PAGEMAP_SCAN splits runs by hugeness */
+        r->e[r->n - 1] = e;
+        return 0;
+    }
+    if (r->n == 16)
+        return -1;
+    r->s[r->n] = s;
+    r->e[r->n++] = e;
+    return 0;
+}
+
+static void test_mincore_fallback_finds_the_same_runs(void)
+{
+    char *p = check_map_aligned(6 * MIB, HUGE);
+    CHECK(p);
+    if (!p)
+        return;
+    memset(p + 4096, 1, 3 * 4096);             /* pages 1-3 */
+    memset(p + 2 * MIB - 4096, 1, 2 * 4096);   /* across the first window's end */
+    p[6 * MIB - 1] = 1;                        /* the last page */
+    struct runs a = { .n = 0 }, b = { .n = 0 };
+    CHECK(mrc_pagescan_mincore((uintptr_t)p, (uintptr_t)p + 6 * MIB, record, &a) == 0);
+    CHECK(a.n == 3);
+    CHECK(a.s[0] == (uintptr_t)p + 4096 && a.e[0] == (uintptr_t)p + 4 * 4096);
+    CHECK(a.s[1] == (uintptr_t)p + 2 * MIB - 4096 && a.e[1] == (uintptr_t)p + 2 * MIB + 4096);
+    CHECK(a.s[2] == (uintptr_t)p + 6 * MIB - 4096 && a.e[2] == (uintptr_t)p + 6 * MIB);
+    if (scan_works()) {
+        CHECK(mrc_pagescan((uintptr_t)p, (uintptr_t)p + 6 * MIB, record, &b) == 0);
+        CHECK(b.n == a.n && !memcmp(a.s, b.s, sizeof(a.s)) && !memcmp(a.e, b.e, sizeof(a.e)));
+    }
+    munmap(p, 6 * MIB);
+}
+
 int main(void)
 {
     thp = check_thp_setting();
@@ -228,5 +271,6 @@ int main(void)
     RUN(test_collapse_keeps_data);
     RUN(test_no_advice_over_special_or_refused_memory);
     RUN(test_populate_in_parallel);
+    RUN(test_mincore_fallback_finds_the_same_runs);
     CHECK_EXIT();
 }
