@@ -112,6 +112,15 @@ static void test_registration_over_the_range_stays_correct(void)
     munmap(p, len);
 }
 
+static int populate_known(void)
+{
+    char *page = map_anon(NULL, 4096, 0);
+    int ok = page && madvise(page, 4096, MADV_POPULATE_WRITE) == 0;
+    if (page)
+        munmap(page, 4096);
+    return ok;
+}
+
 static void test_cold_memory_populated_first(void)
 {
     size_t len = 128 * MIB;
@@ -123,7 +132,9 @@ static void test_cold_memory_populated_first(void)
     struct ibv_mr *mr = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE);
     CHECK(mr && write_visible(mr, p, len, 0x77));
     long long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    if (preloaded && populate_on && cpus > 1)
+    if (preloaded && populate_on && cpus > 1 && !populate_known())
+        SKIP_TEST("the kernel lacks MADV_POPULATE_WRITE (Linux 5.14)");
+    else if (preloaded && populate_on && cpus > 1)
         CHECK(mrc_counter("populated_bytes") - pop0 == (long long)len);
     else if (preloaded)
         CHECK(mrc_counter("populated_bytes") == pop0);
