@@ -19,6 +19,7 @@
 #include "monitor/maps.h"
 #include "monitor/unmap.h"
 #include "util/clock.h"
+#include "util/hot.h"
 #include "util/log.h"
 #include "util/stats.h"
 
@@ -176,7 +177,7 @@ static int wants_huge(uint64_t addr, uint64_t len)
            !__atomic_load_n(&mrc_monitor.nohugepage, __ATOMIC_RELAXED) && !mrc_maps_special(addr, addr + len);
 }
 
-void mrc_prepare(uint64_t addr, uint64_t len, int writable)
+MRC_HOT void mrc_prepare(uint64_t addr, uint64_t len, int writable)
 {
     int huge = wants_huge(addr, len);
     int populate = prm.populate_min && len >= prm.populate_min && prm.populate_threads > 1;
