@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -162,6 +164,38 @@ static inline long check_proc_field(const char *path, const char *key)
     if (f)
         fclose(f);
     return v;
+}
+
+/* The system's transparent huge page setting, the word in brackets of
+ * /sys/kernel/mm/transparent_hugepage/enabled: "always", "madvise" or "never" (also
+ * for a kernel without THP). */
+static inline const char *check_thp_setting(void)
+{
+    static char word[16];
+    char line[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+    if (f) {
+        if (!fgets(line, sizeof(line), f))
+            line[0] = 0;
+        fclose(f);
+    }
+    char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+    snprintf(word, sizeof(word), "%.*s", a && b ? (int)(b - a - 1) : 5, a && b ? a + 1 : "never");
+    return word;
+}
+
+/* len bytes of fresh private anonymous memory starting on an align boundary (a power of
+ * two), or NULL. */
+static inline char *check_map_aligned(size_t len, size_t align)
+{
+    char *raw = mmap(NULL, len + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED)
+        return NULL;
+    char *p = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
+    munmap(p + len, (size_t)(raw + align - p));
+    return p;
 }
 
 /* NULL if this process may pin bytes at once (CAP_IPC_LOCK, or an RLIMIT_MEMLOCK at

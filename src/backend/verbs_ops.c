@@ -1,20 +1,25 @@
 /* verbs_ops.c - registers and deregisters through the real libibverbs entry points (on
- * demand where MRCACHE_ODP says: backend/odp.c), and says which access flags grant
- * remote rights. Invariants: calls only real functions, never our own hooks (no double
- * counting, no recursion into the cache); a range is watched by the userfaultfd source
- * before the NIC pins it, and unwatched once its registration failed, was deregistered
- * (the cache never deregisters in a hook) or left the cache for a caller of its own
- * (mrc_verbs_disown); a pd's implicit MR is never watched, and never deregistered here. */
+ * demand where MRCACHE_ODP says: backend/odp.c; a miss prepares its memory first and
+ * counts what it pinned: prepare.h), and says which access flags grant remote rights.
+ * Invariants: calls only real functions, never our own hooks (no double counting, no
+ * recursion into the cache); a range is watched by the userfaultfd source before the NIC
+ * pins it, and unwatched once its registration failed, was deregistered (the cache never
+ * deregisters in a hook) or left the cache for a caller of its own (mrc_verbs_disown); a
+ * pd's implicit MR is never watched, and never deregistered here. */
 #include <errno.h>
 #include <infiniband/verbs.h>
 
 #include "backend/odp.h"
+#include "backend/prepare.h"
 #include "backend/verbs_ops.h"
 #include "monitor/patch.h"
 #include "monitor/uffd.h"
 #include "util/hot.h"
 #include "util/real.h"
 #include "util/stats.h"
+
+/* The rights that make the kernel pin pages for writing (its ib_access_writable). */
+#define WRITABLE (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
 
 MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                              uint32_t access, void **reg)
@@ -30,6 +35,8 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
         *reg = implicit;
         return MRC_REG_SHARED;
     }
+    /* Huge pages and a parallel fault-in first (each off below its threshold). */
+    mrc_prepare(addr, len, (access & WRITABLE) != 0);
     /* Before the pinning: an unmap during the NIC call is then reported, and the cache's
      * race check (mrc_cache_unmap_begin's ring) keeps the registration out of the tree. */
     mrc_uffd_watch(addr, len);
@@ -40,6 +47,7 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
         mrc_uffd_unwatch(addr, len);
         return err;
     }
+    mrc_prepare_account(addr, len);
     *reg = mr;
     return 0;
 }

@@ -384,6 +384,13 @@ uint64_t mrc_maps_page_size(uint64_t start, uint64_t end)
     return shift ? (uint64_t)1 << shift : base;
 }
 
+int mrc_maps_special(uint64_t start, uint64_t end)
+{
+    if (!LD(&mrc_maps.on) || LD(&mrc_maps.lost))
+        return 1;
+    return overlap_flags(start, end) != 0;
+}
+
 static int first_fn(const struct rec *r, const void *in, void *out)
 {
     (void)in;

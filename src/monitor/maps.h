@@ -69,6 +69,10 @@ void mrc_maps_clear(uint64_t start, uint64_t end, uint64_t gen, int64_t sysv_id)
  * a hugetlb record is there (one load while there is none). */
 uint64_t mrc_maps_page_size(uint64_t start, uint64_t end);
 
+/* Whether [start, end) may hold memory other than private anonymous memory of the base
+ * page: a record overlaps it, or the registry is not kept or lost. */
+int mrc_maps_special(uint64_t start, uint64_t end);
+
 /* The record holding addr: 1 and its range and attributes, or 0. */
 int mrc_maps_at(uint64_t addr, uint64_t *start, uint64_t *end, struct mrc_map_attr *a);
 

@@ -240,6 +240,8 @@ static int advice_keeps_pages(int advice)
 
 int mrc_on_madvise(void *addr, size_t len, int advice)
 {
+    if (__builtin_expect(advice == MADV_NOHUGEPAGE, 0))
+        __atomic_store_n(&mrc_monitor.nohugepage, 1, __ATOMIC_RELAXED);
     if (advice_keeps_pages(advice) || !watching(MRC_FN_MADVISE))
         return NEXT(madvise)(addr, len, advice);
     struct unmap_op op;

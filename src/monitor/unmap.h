@@ -36,6 +36,9 @@ struct mrc_monitor {
      * the other sources, since a watched part of the range makes a move or a growth
      * fail (EFAULT) and a move would take the watch along. */
     void (*before_mremap)(void *old, size_t old_size, size_t new_size, int flags);
+    /* Set once the program has asked for MADV_NOHUGEPAGE anywhere: a choice about huge
+     * pages that libmrcache's own advice must not overrule. */
+    uint32_t nohugepage;
 };
 
 extern struct mrc_monitor mrc_monitor;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "backend/odp.h"
+#include "backend/prepare.h"
 #include "backend/verbs_ops.h"
 #include "monitor/glibc_heap.h"
 #include "monitor/maps.h"
@@ -165,6 +166,22 @@ static void sources_install(void)
     }
 }
 
+/* What a miss does to its memory before the pin, from the configuration. */
+static void prepare_init(const struct mrc_config *cfg)
+{
+    static const int modes[] = { [MRC_CFG_HUGE_OFF] = MRC_HUGE_OFF, [MRC_CFG_HUGE_ADVISE] = MRC_HUGE_ADVISE,
+                                 [MRC_CFG_HUGE_COLLAPSE] = MRC_HUGE_COLLAPSE };
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t threads = cfg->populate_threads ? cfg->populate_threads : (uint64_t)(cpus > 8 ? 8 : cpus > 0 ? cpus : 1);
+    struct mrc_prepare_params pp = {
+        .huge_mode = modes[cfg->hugepages],
+        .huge_min = cfg->hugepages_min,
+        .populate_min = cfg->populate,
+        .populate_threads = threads > 64 ? 64 : (unsigned)threads,
+    };
+    mrc_prepare_init(&pp);
+}
+
 void mrc_init(void)
 {
     if (mrc_ready())
@@ -213,6 +230,7 @@ void mrc_init(void)
         .max_entries = mrc_rt.cfg.max_entries,
     };
     mrc_verbs_init(&mrc_rt.verbs, &vp);
+    prepare_init(&mrc_rt.cfg);
     sources_install();
     mrc_callsite_init(mrc_rt.cfg.callsites, mrc_rt.cfg.callsite_sample);
     if (mrc_dumpsig_install(mrc_rt.cfg.dump_signal, mrc_rt_dump_now))

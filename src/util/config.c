@@ -136,6 +136,22 @@ static int parse_odp(const char *s, void *f)
     return parse_word(s, names, 3, f);
 }
 
+static int parse_huge(const char *s, void *f)
+{
+    static const char *const names[] = { "off", "advise", "collapse" };   /* enum mrc_cfg_huge */
+    return parse_word(s, names, 3, f);
+}
+
+/* A size, or off (the same as 0). */
+static int parse_size_or_off(const char *s, void *f)
+{
+    if (!strcasecmp(s, "off")) {
+        *(uint64_t *)f = 0;
+        return 0;
+    }
+    return parse_u64(s, f);
+}
+
 static int parse_log(const char *s, void *f)
 {
     static const char *const names[] = { "error", "warn", "info", "debug" };   /* enum mrc_log_level */
@@ -316,6 +332,14 @@ static const struct mrc_config_row rows[] = {
         parse_odp, odp),
     ROW("MRCACHE_ODP_PREFETCH", "1", "1: a registration served by an ODP MR asks the device to prefetch its pages (ibv_advise_mr, asynchronous); 0: its pages fault in at first access",
         parse_bool, odp_prefetch),
+    ROW("MRCACHE_HUGEPAGES", "off", "huge pages under large registrations of private anonymous memory: off, advise (MADV_HUGEPAGE over the 2 MiB extents not yet populated, so that the pin faults in huge pages) or collapse (advise, and MADV_COLLAPSE over populated extents before the pin; extents pinned already are refused by the kernel and registered as they are)",
+        parse_huge, hugepages),
+    ROW("MRCACHE_HUGEPAGES_MIN", "2M", "with MRCACHE_HUGEPAGES: registrations at least this long (at least 2M) get huge pages",
+        parse_positive, hugepages_min),
+    ROW("MRCACHE_POPULATE", "off", "a size (64M, say): a miss with at least this many bytes not yet resident faults them in with several threads before the pin (MADV_POPULATE_WRITE, or _READ without write access; Linux 5.14+); off or 0: never (the default: see docs/benchmarks.md)",
+        parse_size_or_off, populate),
+    ROW("MRCACHE_POPULATE_THREADS", "auto", "threads that populate, the registering one included: auto (the online CPUs, at most 8) or a number (1: the pin faults pages in alone)",
+        parse_size_or_auto, populate_threads),
     ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
 };
 
@@ -340,6 +364,8 @@ static const char *expected(mrc_parse_fn parse)
         { parse_duration, "0 or a time (ms, s, m, h)" },
         { parse_large, "1/N or a size" },
         { parse_odp, "off, fallback or implicit" },
+        { parse_huge, "off, advise or collapse" },
+        { parse_size_or_off, "off or a size" },
     };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
         if (words[i].parse == parse)

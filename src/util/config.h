@@ -10,6 +10,7 @@ enum mrc_stats_format { MRC_STATS_TEXT, MRC_STATS_JSON };
 enum mrc_cfg_remote { MRC_CFG_REMOTE_EXACT, MRC_CFG_REMOTE_NEVER };
 enum mrc_cfg_shared { MRC_CFG_SHARED_REGISTER, MRC_CFG_SHARED_CACHE };
 enum mrc_cfg_odp { MRC_CFG_ODP_OFF, MRC_CFG_ODP_FALLBACK, MRC_CFG_ODP_IMPLICIT };
+enum mrc_cfg_huge { MRC_CFG_HUGE_OFF, MRC_CFG_HUGE_ADVISE, MRC_CFG_HUGE_COLLAPSE };
 
 struct mrc_config {
     int enable;                 /* 0: every call passes straight through */
@@ -32,6 +33,10 @@ struct mrc_config {
     uint64_t verify;            /* check 1 hit in N against /proc/self/pagemap; 0 = off */
     int odp;                    /* enum mrc_cfg_odp */
     int odp_prefetch;           /* registrations served on demand are prefetched */
+    int hugepages;              /* enum mrc_cfg_huge */
+    uint64_t hugepages_min;     /* registrations at least this long get huge pages */
+    uint64_t populate;          /* bytes not resident from which a miss populates first; 0 off */
+    uint64_t populate_threads;  /* 0 means "auto" until resolved */
     uint64_t fork_keep;         /* MRCACHE_FORK: cached bytes kept across fork (0 release,
                                  * MRC_FORK_KEEP: keep all) */
     uint64_t idle_timeout_ms;   /* idle cached registrations unused this long go; 0 = never */

@@ -117,6 +117,25 @@ static const char *bucket_label(int b, char *tmp, size_t n)
     return tmp;
 }
 
+/* What the NIC was handed (the page-size mix at each pin) and what misses did to their
+ * memory before pinning it. */
+static void write_nic_view(struct buf *b, const uint64_t *v)
+{
+    if (v[MRC_STAT_NIC_ENTRIES_4K])
+        put(b, "  NIC's view: %llu B in 4 KiB pages, %llu B in huge pages; translation entries %llu (%llu at 4 KiB)"
+               "; %llu registrations past 2^20 4 KiB pages\n",
+            (unsigned long long)v[MRC_STAT_SMALL_PAGE_BYTES], (unsigned long long)v[MRC_STAT_HUGE_PAGE_BYTES],
+            (unsigned long long)v[MRC_STAT_NIC_ENTRIES], (unsigned long long)v[MRC_STAT_NIC_ENTRIES_4K],
+            (unsigned long long)v[MRC_STAT_REGS_OVER_1M_PAGES]);
+    if (v[MRC_STAT_HUGE_ADVISED] || v[MRC_STAT_HUGE_COLLAPSED] || v[MRC_STAT_COLLAPSE_FAILURES] ||
+        v[MRC_STAT_POPULATED])
+        put(b, "  before pins: %llu B advised huge, %llu B collapsed (%llu runs refused), %llu B populated in "
+               "parallel; %.3f ms\n",
+            (unsigned long long)v[MRC_STAT_HUGE_ADVISED], (unsigned long long)v[MRC_STAT_HUGE_COLLAPSED],
+            (unsigned long long)v[MRC_STAT_COLLAPSE_FAILURES], (unsigned long long)v[MRC_STAT_POPULATED],
+            (double)v[MRC_STAT_PREPARE_NS] / 1e6);
+}
+
 static void write_text(struct buf *b, const struct mrc_report *r)
 {
     const uint64_t *v = r->s.v;
@@ -157,6 +176,7 @@ static void write_text(struct buf *b, const struct mrc_report *r)
                 (unsigned long long)r->odp_devs[i].general, r->odp_devs[i].rc, r->odp_devs[i].uc, r->odp_devs[i].ud);
         put(b, "%s\n", r->odp_ndevs ? "" : " no device asked");
     }
+    write_nic_view(b, v);
     put(b, "  pinned now %llu B in %llu registrations (peak %llu B, %llu registrations)\n",
         (unsigned long long)r->g.bytes, (unsigned long long)r->g.entries, (unsigned long long)r->g.bytes_peak,
         (unsigned long long)r->g.entries_peak);

@@ -60,6 +60,16 @@ enum mrc_stat {
     MRC_STAT_ODP_FALLBACKS,   /* registrations made on demand (ODP) when pinning failed */
     MRC_STAT_ODP_IMPLICIT,    /* misses served by a pd's implicit ODP MR (no registration) */
     MRC_STAT_ODP_PREFETCHES,  /* ibv_advise_mr prefetches of registrations served by ODP */
+    MRC_STAT_SMALL_PAGE_BYTES, /* bytes registered over base (4 KiB) pages ... */
+    MRC_STAT_HUGE_PAGE_BYTES, /* ... and over huge pages, as found just after the pin */
+    MRC_STAT_NIC_ENTRIES,     /* the NIC's translation entries: one per page found */
+    MRC_STAT_NIC_ENTRIES_4K,  /* ... and without huge pages: one per 4 KiB */
+    MRC_STAT_REGS_OVER_1M_PAGES, /* registrations spanning more than 2^20 4 KiB pages */
+    MRC_STAT_HUGE_ADVISED,    /* bytes given MADV_HUGEPAGE before a pin (MRCACHE_HUGEPAGES) */
+    MRC_STAT_HUGE_COLLAPSED,  /* bytes MADV_COLLAPSE made huge before a pin */
+    MRC_STAT_COLLAPSE_FAILURES, /* MADV_COLLAPSE runs the kernel refused (registered as they were) */
+    MRC_STAT_POPULATED,       /* bytes populated in parallel before a pin (MRCACHE_POPULATE) */
+    MRC_STAT_PREPARE_NS,      /* time spent on advice, collapse and populating before pins */
     MRC_STAT_INVALIDATED,     /* entries invalidated, all causes */
     MRC_STAT_INVAL_BASE,
     MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_INVAL_LAST

@@ -6,6 +6,7 @@
  * their own; each loop checks against the NIC's counters that it did what it claims
  * (hits never reach the NIC; without a cache every registration does). */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -771,12 +772,65 @@ static void w_fresh(void)
     put_expand("fresh_hits", 100.0 * (1.0 - (double)regs / N));
 }
 
+/* ---- 10. large registrations: huge pages and cold memory ---- */
+
+#if !BENCH_UCX
+#include "backend/pagescan.h"
+#include "mrc_counter.h"
+
+/* One registration of mib MiB on a 2 MiB boundary, populated by the program first (the
+ * first touch timed with it) or cold: its wall time whole (touch + registration), the
+ * registration call, the pin alone (the call less what libmrcache did to the memory
+ * first) and the NIC's translation entries after it. Wall time: the parallel fault-in
+ * runs on other threads. The variant (libmrcache's settings, or 4k without it) names
+ * the figures. */
+static void w_regbig(size_t mib, int cold)
+{
+    const char *variant = sys_cached ? getenv("BENCH_VARIANT") : "4k";
+    if (!variant)
+        variant = "default";
+    size_t len = mib * MIB;
+    char *raw = mmap(NULL, len + 2 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED)
+        die("mmap");
+    char *p = (char *)(((uintptr_t)raw + 2 * MIB - 1) & ~(uintptr_t)(2 * MIB - 1));
+    double prep0 = (double)mrc_counter("prepare_ns");
+    uint64_t t0 = now_ns();
+    if (!cold)
+        memset(p, 1, len);
+    uint64_t t1 = now_ns();
+    struct ibv_mr *mr = ibv_reg_mr(sys_pd, p, len, IBV_ACCESS_LOCAL_WRITE);
+    uint64_t t2 = now_ns();
+    if (!mr) {
+        fprintf(stderr, "bench: regbig %zu MiB: ibv_reg_mr: %s (RLIMIT_MEMLOCK?); no figures\n", mib, strerror(errno));
+        return;
+    }
+    double prep = sys_cached ? (double)mrc_counter("prepare_ns") - prep0 : 0;
+    struct mrc_page_mix m;
+    double entries = mrc_pagescan_mix((uintptr_t)p, (uintptr_t)p + len, &m) == 0 ? (double)m.entries : NAN;
+    char key[64];
+    const char *state = cold ? "cold" : "warm";
+    snprintf(key, sizeof(key), "big%zu_%s_%s_total", mib, state, variant);
+    put(key, (double)(t2 - t0) / 1e6);
+    snprintf(key, sizeof(key), "big%zu_%s_%s_reg", mib, state, variant);
+    put(key, (double)(t2 - t1) / 1e6);
+    snprintf(key, sizeof(key), "big%zu_%s_%s_pin", mib, state, variant);
+    put(key, ((double)(t2 - t1) - prep) / 1e6);
+    snprintf(key, sizeof(key), "big%zu_%s_%s_ent", mib, state, variant);
+    put(key, entries);
+    ibv_dereg_mr(mr);
+    mrcache_flush(NULL, 0);   /* the pinned pages go now, not at exit */
+    munmap(raw, len + 2 * MIB);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: %s SYSTEM WORKLOAD\n  SYSTEM: nocache|mrcache (verbs binary), ucx\n"
                         "  WORKLOAD: hit threads msg1m msg16m tax-malloc tax-munmap unmap miss miss-scattered memory\n"
-                        "            e2e-KIB (end to end, messages of KIB KiB) pieces fresh\n",
+                        "            e2e-KIB (end to end, messages of KIB KiB) pieces fresh\n"
+                        "            regbig (verbs binary; BENCH_BIG_MIB=N BENCH_BIG_STATE=warm|cold)\n",
                 argv[0]);
         return 2;
     }
@@ -816,6 +870,10 @@ int main(int argc, char **argv)
             w_pieces();
         else if (!strcmp(w, "fresh"))
             w_fresh();
+#if !BENCH_UCX
+        else if (!strcmp(w, "regbig") && getenv("BENCH_BIG_MIB") && getenv("BENCH_BIG_STATE"))
+            w_regbig(strtoul(getenv("BENCH_BIG_MIB"), NULL, 10), !strcmp(getenv("BENCH_BIG_STATE"), "cold"));
+#endif
         else {
             fprintf(stderr, "bench: unknown workload %s\n", w);
             return 2;

@@ -62,6 +62,36 @@ alt() {
     done
 }
 
+# Row 10: one large registration per process, SIZES (MiB, at most 2 GiB: the machine is
+# shared) populated by the program first or cold; without a cache (4 KiB pages) and
+# under each libmrcache variant, the variants' order reversed on every other repetition.
+BIG_SIZES=${BENCH_BIG_SIZES:-64 512 2048}
+BIG_VARIANTS=(
+    "default"
+    "pop2 MRCACHE_POPULATE=64M MRCACHE_POPULATE_THREADS=2"
+    "pop4 MRCACHE_POPULATE=64M MRCACHE_POPULATE_THREADS=4"
+    "advise MRCACHE_HUGEPAGES=advise"
+    "advpop MRCACHE_HUGEPAGES=advise MRCACHE_POPULATE=64M MRCACHE_POPULATE_THREADS=2"
+    "collapse MRCACHE_HUGEPAGES=collapse"
+)
+alt_big() { # REPS
+    local rep size state i j name rest n=${#BIG_VARIANTS[@]}
+    for ((rep = 1; rep <= $1; rep++)); do
+        for size in $BIG_SIZES; do
+            for state in warm cold; do
+                printf 'bench: %-10s %d/%d\n' "big$size-$state" "$rep" "$1" >&2
+                run nocache regbig BENCH_BIG_MIB="$size" BENCH_BIG_STATE="$state"
+                for ((i = 0; i < n; i++)); do
+                    j=$((rep % 2 ? i : n - 1 - i))
+                    read -r name rest <<<"${BIG_VARIANTS[j]}"
+                    # shellcheck disable=SC2086 # rest: the variant's VAR=value words
+                    run mrcache regbig BENCH_BIG_MIB="$size" BENCH_BIG_STATE="$state" BENCH_VARIANT="$name" $rest
+                done
+            done
+        done
+    done
+}
+
 load_start=$(cut -d' ' -f1 /proc/loadavg)
 t0=$(date +%s)
 alt hit "$REPS" "nocache mrcache ucx"
@@ -86,6 +116,7 @@ for kib in 4 64 1024 16384 262144; do
 done
 alt pieces "$REPS" "nocache mrcache mrcache-x ucx" SNIC_REG_COST_NS=16000,0.06
 alt fresh "$REPS" "nocache mrcache mrcache-x ucx" SNIC_REG_COST_NS=16000,0.06
+alt_big "$REPS"
 load_end=$(cut -d' ' -f1 /proc/loadavg)
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)

@@ -136,9 +136,13 @@ assert s["ranks"][0]["rank"] == 0 and s["ranks"][3]["rank"] == 3
 top = {c["site"].split("+")[0]: c for c in s["callsites"]}
 assert top["reg_cold"]["misses"] == 40 and top["reg_cold"]["ranks"] == 4, top["reg_cold"]
 assert t["leaks"]["count"] == 0 + 1 + 2 + 3, t["leaks"]
+for k in ("nic_entries_4k", "nic_entries", "small_page_bytes", "huge_page_bytes"):
+    assert t["nic_view"][k] == sum(f["counters"][k] for f in files), k
+assert t["nic_view"]["nic_entries_4k"] > 0
 PY
 report report_merges_four_ranks $?
-grep -q 'hit rate' "$tmp/report.txt" && grep -q 'TOTAL' "$tmp/report.txt" && grep -q 'invalidations' "$tmp/report.txt"
+grep -q 'hit rate' "$tmp/report.txt" && grep -q 'TOTAL' "$tmp/report.txt" && grep -q 'invalidations' "$tmp/report.txt" &&
+    grep -q "^NIC's view: .* translation entries" "$tmp/report.txt"
 report report_text_summary $?
 
 # 4b. The dump's largest cached registrations: largest first, with the keys the program
