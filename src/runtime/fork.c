@@ -17,6 +17,7 @@
 #include "monitor/maps.h"
 #include "monitor/uffd.h"
 #include "runtime/drainer.h"
+#include "runtime/live.h"
 #include "runtime/route.h"
 #include "runtime/runtime.h"
 #include "runtime/state.h"
@@ -78,6 +79,7 @@ static void fork_child(void)
 {
     mrc_verbs_fork_child(&mrc_rt.verbs);
     mrc_drainer_forget();
+    mrc_live_forget();
     mrc_uffd_child_reset();
     mrc_maps_child_reset();
     mrc_rt.fork_gen++;
