@@ -18,7 +18,8 @@ trap cleanup EXIT
 report() { if [ "$2" -eq 0 ]; then echo "ok - $1"; else echo "not ok - $1"; fi; }
 skip() { echo "ok - $1 # SKIP $2"; }
 uid=$(id -u)
-MB=1048576
+KB=1024
+SIZE=$((256 * KB))   # 16 of them: 4 MiB pinned at most, within an 8 MiB RLIMIT_MEMLOCK
 
 if [ -n "$PRE" ]; then
     # The viewer is the library file run as a program; a sanitizer build cannot run so.
@@ -29,15 +30,15 @@ if [ -n "$PRE" ]; then
     exit 0
 fi
 
-# start NAME MODE: live_prog (16 buffers of 1 MiB registered 3 times, 4 held) under the
+# start NAME MODE: live_prog (16 buffers of 256 KiB registered 3 times, 4 held) under the
 # preload; sets PID. Without a mode it reads a fifo held open (fd 8) until the test closes it.
 start() {
     if [ -n "$2" ]; then
-        LD_LIBRARY_PATH=$B/snic LD_PRELOAD=$PRE$LIB MRCACHE_STATS=off "$PROG" 16 $MB 3 4 "$2" </dev/null \
+        LD_LIBRARY_PATH=$B/snic LD_PRELOAD=$PRE$LIB MRCACHE_STATS=off "$PROG" 16 $SIZE 3 4 "$2" </dev/null \
             >"$tmp/$1.out" 2>"$tmp/$1.err" &
     else
         mkfifo "$tmp/$1.in"
-        LD_LIBRARY_PATH=$B/snic LD_PRELOAD=$PRE$LIB MRCACHE_STATS=off "$PROG" 16 $MB 3 4 <"$tmp/$1.in" \
+        LD_LIBRARY_PATH=$B/snic LD_PRELOAD=$PRE$LIB MRCACHE_STATS=off "$PROG" 16 $SIZE 3 4 <"$tmp/$1.in" \
             >"$tmp/$1.out" 2>"$tmp/$1.err" &
         exec 8>"$tmp/$1.in"
     fi
@@ -64,7 +65,7 @@ report live_segment_private $?
 
 $MRC --once --json -d 0 >"$tmp/once.json" 2>"$tmp/once.err"
 r=$?
-for f in requests:48 hits:32 misses:16 entries:16 pinned_in_use:$((4 * MB)) pinned_idle:$((12 * MB)) \
+for f in requests:48 hits:32 misses:16 entries:16 pinned_in_use:$((1024 * KB)) pinned_idle:$((3072 * KB)) \
          pinned_waiting:0 command:live_prog answered:True; do
     got=$(json_field "$tmp/once.json" "$A" "${f%%:*}")
     [ "$got" = "${f#*:}" ] || { echo "${f%%:*}: $got, expected ${f#*:}" >&2; r=1; }
@@ -75,7 +76,7 @@ report live_once_counts $r
 $MRC --once --sort pid -d 0.2 >"$tmp/once.txt"
 r=$?
 head -1 "$tmp/once.txt" | grep -q 'PID.*COMMAND.*REQ/s.*HIT%.*INUSE.*IDLE.*WAITING.*ENTRIES' || r=1
-awk -v p="$A" '$1 == p && $2 == "live_prog" && $(NF-3) == "4.0M" && $(NF-2) == "12M" && $NF == 16 {f = 1} END {exit !f}' \
+awk -v p="$A" '$1 == p && $2 == "live_prog" && $(NF-3) == "1.0M" && $(NF-2) == "3.0M" && $NF == 16 {f = 1} END {exit !f}' \
     "$tmp/once.txt" || r=1
 [ $r -ne 0 ] && cat "$tmp/once.txt" >&2
 report live_once_text $r
@@ -84,18 +85,18 @@ report live_once_text $r
 # The program sleeps in pause(): only its helper thread can release anything.
 r=0
 before=$(vmpin "$A")
-[ "$before" = 16384 ] || { echo "VmPin before the flush: $before kB, expected 16384" >&2; r=1; }
+[ "$before" = 4096 ] || { echo "VmPin before the flush: $before kB, expected 4096" >&2; r=1; }
 $MRC --flush "$A" >"$tmp/flush.out" 2>&1 || r=1
 after=$(vmpin "$A")
-[ "$after" = 4096 ] || { echo "VmPin after the flush: $after kB, expected 4096" >&2; r=1; }
-grep -q "flushed process $A (live_prog): pinned 16M -> 4.0M; 12M idle released, 4.0M in use" "$tmp/flush.out" || r=1
+[ "$after" = 1024 ] || { echo "VmPin after the flush: $after kB, expected 1024" >&2; r=1; }
+grep -q "flushed process $A (live_prog): pinned 4.0M -> 1.0M; 3.0M idle released, 1.0M in use" "$tmp/flush.out" || r=1
 $MRC --once --json -d 0 >"$tmp/after.json"
 [ "$(json_field "$tmp/after.json" "$A" pinned_idle)" = 0 ] || r=1
 [ $r -ne 0 ] && cat "$tmp/flush.out" >&2
 report live_flush_releases_sleeper $r
 
-LD_LIBRARY_PATH=$B/snic LD_PRELOAD=$PRE$LIB MRCACHE_STATS=off "$PROG" 16 $MB 3 4 api </dev/null >"$tmp/api.out" 2>&1
-grep -q '^flush 4 vmpin 16384 4096$' "$tmp/api.out"
+LD_LIBRARY_PATH=$B/snic LD_PRELOAD=$PRE$LIB MRCACHE_STATS=off "$PROG" 16 $SIZE 3 4 api </dev/null >"$tmp/api.out" 2>&1
+grep -q '^flush 4 vmpin 4096 1024$' "$tmp/api.out"
 r=$?
 [ $r -ne 0 ] && cat "$tmp/api.out" >&2
 report live_api_flush $r
@@ -114,7 +115,7 @@ else
     asnobody "$LIB" --once --json -d 0 >"$tmp/nobody.json" 2>&1 || r=1
     [ "$(json_field "$tmp/nobody.json" "$Bp" pid)" = absent ] || { echo "nobody sees process $Bp" >&2; r=1; }
     asnobody "$LIB" --flush "$Bp" >/dev/null 2>&1 && { echo "nobody flushed process $Bp" >&2; r=1; }
-    [ "$(vmpin "$Bp")" = 16384 ] || r=1
+    [ "$(vmpin "$Bp")" = 4096 ] || r=1
     [ -f "/dev/shm/mrcache-0-$Bp" ] || r=1
     report live_other_user_cannot_open $r
 fi
@@ -174,7 +175,7 @@ else
     tmux capture-pane -p -t "$s" >"$tmp/screen1"
     grep -q '^mrcache --top .* processes .* pinned: ' "$tmp/screen1" || r=1
     grep -q 'sorted by req' "$tmp/screen1" || r=1
-    grep -Eq "^ *$D live_prog .* 4.0M +12M +0 +16$" "$tmp/screen1" || r=1
+    grep -Eq "^ *$D live_prog .* 1.0M +3.0M +0 +16$" "$tmp/screen1" || r=1
     tmux send-keys -t "$s" e
     sleep 0.5
     tmux capture-pane -p -t "$s" >"$tmp/screen2"
