@@ -10,7 +10,8 @@ B=$1
 PRE=${2:-}
 LIB=$(cd "$B" && pwd)/libmrcache.so
 PROG=$B/test/live_prog
-MRC=scripts/mrcache
+# The command from this tree, with the library under test (not build/'s).
+MRC="scripts/mrcache --lib $LIB"
 tmp=$(mktemp -d)
 pids=''
 cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; tmux kill-session -t "mrclive$$" 2>/dev/null; rm -rf "$tmp"; }
