@@ -183,45 +183,6 @@ static int copy_snapshot(const struct mrc_live_seg *s, struct mrc_live_seg *to)
     return -1;
 }
 
-struct linux_dirent64 {
-    uint64_t d_ino;
-    int64_t d_off;
-    unsigned short d_reclen;
-    unsigned char d_type;
-    char d_name[];
-};
-
-/* Calls fn(uid, pid) for each segment's name in MRC_LIVE_DIR (only pid's, if pid > 0). */
-static void scan(long only, void (*fn)(unsigned uid, long pid))
-{
-    int dfd = open(MRC_LIVE_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return;
-    char buf[16384] __attribute__((aligned(8)));
-    long n;
-    size_t plen = strlen(MRC_LIVE_PREFIX);
-    unsigned me = (unsigned)geteuid();
-    while ((n = syscall(SYS_getdents64, dfd, buf, sizeof(buf))) > 0) {
-        for (long off = 0; off < n;) {
-            struct linux_dirent64 *d = (void *)(buf + off);
-            off += d->d_reclen;
-            if (strncmp(d->d_name, MRC_LIVE_PREFIX, plen))
-                continue;
-            char *end;
-            unsigned long uid = strtoul(d->d_name + plen, &end, 10);
-            if (*end != '-')
-                continue;
-            long pid = strtol(end + 1, &end, 10);
-            if (*end || pid <= 0 || (only > 0 && pid != only))
-                continue;
-            if (me != 0 && uid != me)
-                continue;   /* another user's: not ours to open */
-            fn((unsigned)uid, pid);
-        }
-    }
-    close(dfd);
-}
-
 static void add_proc(unsigned uid, long pid)
 {
     if (nprocs < MAX_PROCS)
@@ -236,7 +197,8 @@ static void round_trip(long only, int flush, uint32_t *flushed)
     static struct mrc_live_seg *maps[MAX_PROCS];
     static uint32_t sreq[MAX_PROCS], freq[MAX_PROCS];
     nprocs = 0;
-    scan(only, add_proc);
+    unsigned me = (unsigned)geteuid();
+    mrc_live_scan(me, me == 0, only, add_proc);   /* another user's are not ours to open */
     unsigned n = 0;
     for (unsigned i = 0; i < nprocs; i++) {
         char path[64];

@@ -1,11 +1,13 @@
 /* live.c - this process's live segment (runtime/live.h): made when the helper thread
  * starts (the first registration), written by that thread alone when a viewer asks,
- * removed at exit; a killed process's is left for the viewer to remove. Invariants: the
+ * removed at exit; one a killed process left is removed by the viewer, or by the next
+ * process of the same user to make its own. Invariants: the
  * file is mapped and sized with raw system calls, so no monitor of ours records it or
  * sees it go; a hit never touches it (the viewer's wake costs the helper thread a
  * statistics sum and a walk of the cached entries, nothing on the program's threads). */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,53 @@ uint64_t mrc_live_start_ticks(long pid)
     return strtoull(p, NULL, 10);
 }
 
+struct linux_dirent64 {
+    uint64_t d_ino;
+    int64_t d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+void mrc_live_scan(unsigned uid, int all, long only, void (*fn)(unsigned uid, long pid))
+{
+    int dfd = open(MRC_LIVE_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    /* Small: the first registration's thread may have a small stack. */
+    char buf[2048] __attribute__((aligned(8)));
+    long n;
+    size_t plen = strlen(MRC_LIVE_PREFIX);
+    while ((n = syscall(SYS_getdents64, dfd, buf, sizeof(buf))) > 0) {
+        for (long off = 0; off < n;) {
+            struct linux_dirent64 *d = (void *)(buf + off);
+            off += d->d_reclen;
+            if (strncmp(d->d_name, MRC_LIVE_PREFIX, plen))
+                continue;
+            char *end;
+            unsigned long u = strtoul(d->d_name + plen, &end, 10);
+            if (*end != '-')
+                continue;
+            long pid = strtol(end + 1, &end, 10);
+            if (*end || pid <= 0 || (only > 0 && pid != only) || (!all && u != uid))
+                continue;
+            fn((unsigned)u, pid);
+        }
+    }
+    close(dfd);
+}
+
+/* A segment of this user's whose process is gone (killed, or ended by _exit, which runs
+ * no atexit handler): removed, so that they do not pile up while no viewer runs. */
+static void sweep(unsigned uid, long pid)
+{
+    if (pid == (long)getpid() || !kill((pid_t)pid, 0) || errno != ESRCH)
+        return;
+    char path[sizeof(seg_path)];
+    mrc_live_path(path, sizeof(path), uid, pid);
+    unlink(path);
+}
+
 /* O_EXCL, so the file is never one somebody else made; one this user's process of the
  * same pid left (an image this one exec'd, or one killed before the pid came round) is
  * replaced: the pid is ours now. */
@@ -62,10 +111,11 @@ static int create(const char *path)
     return open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
-uint32_t *mrc_live_open(void)
+static uint32_t *open_segment(void)
 {
     char path[sizeof(seg_path)];
     mrc_live_path(path, sizeof(path), (unsigned)geteuid(), (long)getpid());
+    mrc_live_scan((unsigned)geteuid(), 0, 0, sweep);
     int fd = create(path);
     if (fd < 0) {
         MRC_WARN("no live view of this process (mrcache --top, --flush): cannot create %s: %s", path,
@@ -96,6 +146,14 @@ uint32_t *mrc_live_open(void)
     memcpy(seg_path, path, sizeof(seg_path));
     seg = s;
     return &s->wake;
+}
+
+uint32_t *mrc_live_open(void)
+{
+    int saved = errno;
+    uint32_t *word = open_segment();
+    errno = saved;
+    return word;
 }
 
 /* Bytes waiting for deregistration: invalidated (deferred) and refused by the NIC. */

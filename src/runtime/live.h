@@ -46,12 +46,17 @@ void mrc_live_path(char *buf, unsigned long size, unsigned uid, long pid);
 /* Start time of process pid (field 22 of /proc/PID/stat), or 0 when it is gone. */
 uint64_t mrc_live_start_ticks(long pid);
 
-/* The writer's side, on the helper thread. */
+/* Calls fn(uid, pid) for each segment in MRC_LIVE_DIR of user uid (of every user if all
+ * is set; only pid's if only > 0), by its name. */
+void mrc_live_scan(unsigned uid, int all, long only, void (*fn)(unsigned uid, long pid));
+
+/* The writer's side. */
 
 /* Creates this process's segment (replacing one its pid left: an exec'd image, or an
- * older process of this user with the same pid) and returns its wake word, or NULL
- * (said once) when it cannot: the helper then waits on a word of its own. Not from a
- * hook; once per process (a forked child after mrc_live_forget). */
+ * older process of this user with the same pid; removing those of this user's processes
+ * that are gone) and returns its wake word, or NULL (said once) when it cannot: the
+ * helper then waits on a word of its own. Before the helper starts, not from a hook;
+ * once per process (a forked child after mrc_live_forget); errno is kept. */
 uint32_t *mrc_live_open(void);
 
 /* Answers what a viewer asked: a flush first, then a snapshot. Helper thread only. */
