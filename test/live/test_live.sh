@@ -4,8 +4,9 @@
 # only: another user cannot open it nor flush), `mrcache --once` shows them (text, JSON:
 # requests, hits, misses, pinned bytes in use / idle / waiting, entries), `mrcache
 # --flush PID` and mrcache_flush() release the idle registrations of a program that makes
-# no further verbs call (VmPin drops), the segment goes at exit, a killed process's is
-# removed by the viewer, and `mrcache --top` runs in a real terminal (tmux).
+# no further verbs call (VmPin drops), the segment goes at exit, a killed or exec'd
+# process's is removed by the viewer (a killed one also by the user's next process), and
+# `mrcache --top` runs in a real terminal (tmux).
 B=$1
 PRE=${2:-}
 LIB=$(cd "$B" && pwd)/libmrcache.so
@@ -25,7 +26,8 @@ SIZE=$((256 * KB))   # 16 of them: 4 MiB pinned at most, within an 8 MiB RLIMIT_
 if [ -n "$PRE" ]; then
     # The viewer is the library file run as a program; a sanitizer build cannot run so.
     for t in segment_private once_counts once_text flush_releases_sleeper api_flush other_user_cannot_open \
-             killed_segment_removed exec_segment_removed exit_removes_segment top_in_terminal; do
+             killed_segment_removed next_process_removes_dead_segment exec_segment_removed \
+             exit_removes_segment top_in_terminal; do
         skip "live_$t" "a sanitizer build cannot be run as a program (the viewer)"
     done
     exit 0
@@ -122,24 +124,38 @@ else
 fi
 
 # --- Segments left behind, and removed ------------------------------------------------------
-r=0
 kill -9 "$A"
 wait "$A" 2>/dev/null
-[ -f "$seg" ] || { echo "the killed process's segment is already gone" >&2; r=1; }
-# A segment whose name's pid now runs another program (this shell) goes too.
-fake=/dev/shm/mrcache-$uid-$$
-cp "$seg" "$fake" && cp "$seg" "$tmp/seg.copy"
-$MRC --once --json -d 0 >"$tmp/dead.json" 2>"$tmp/dead.err" || { echo "--once failed" >&2; r=1; }
-python3 -c 'import json,sys; d = json.load(open(sys.argv[1])); sys.exit(sorted(d["removed_dead"]) != sorted([int(sys.argv[2]), int(sys.argv[3])]))' \
-    "$tmp/dead.json" "$A" "$$" || { cat "$tmp/dead.json" >&2; r=1; }
-[ -f "$seg" ] && { echo "the killed process's segment is still there" >&2; r=1; }
-[ -f "$fake" ] && { echo "the segment naming a reused pid is still there" >&2; rm -f "$fake"; r=1; }
-# In text, said on stderr.
-cp "$tmp/seg.copy" "$fake"
-$MRC --once -d 0 >/dev/null 2>"$tmp/dead.err"
-grep -q "^mrcache: removed the live segment of process $$, which is gone$" "$tmp/dead.err" || r=1
-[ -f "$fake" ] && { rm -f "$fake"; r=1; }
-report live_killed_segment_removed $r
+# Any process of this user that registers removes such segments too: if one did already,
+# the copy puts the killed process's segment back as it was.
+if ! cp "$seg" "$tmp/seg.copy" 2>/dev/null; then
+    skip live_killed_segment_removed "another process of this user removed the killed process's segment first"
+    skip live_next_process_removes_dead_segment "no segment of a killed process to remove"
+else
+    r=0
+    # A segment whose name's pid now runs another program (this shell) goes too.
+    fake=/dev/shm/mrcache-$uid-$$
+    cp "$tmp/seg.copy" "$fake"
+    cp "$tmp/seg.copy" "$seg"
+    $MRC --once --json -d 0 >"$tmp/dead.json" 2>"$tmp/dead.err" || { echo "--once failed" >&2; r=1; }
+    python3 -c 'import json,sys; d = json.load(open(sys.argv[1])); sys.exit(sorted(d["removed_dead"]) != sorted([int(sys.argv[2]), int(sys.argv[3])]))' \
+        "$tmp/dead.json" "$A" "$$" || { cat "$tmp/dead.json" >&2; r=1; }
+    [ -f "$seg" ] && { echo "the killed process's segment is still there" >&2; r=1; }
+    [ -f "$fake" ] && { echo "the segment naming a reused pid is still there" >&2; rm -f "$fake"; r=1; }
+    # In text, said on stderr.
+    cp "$tmp/seg.copy" "$fake"
+    $MRC --once -d 0 >/dev/null 2>"$tmp/dead.err"
+    grep -q "^mrcache: removed the live segment of process $$, which is gone$" "$tmp/dead.err" || r=1
+    [ -f "$fake" ] && { rm -f "$fake"; r=1; }
+    report live_killed_segment_removed $r
+
+    # Without a viewer: the next process of this user to register removes it (a process
+    # ended by _exit, which runs no atexit handler, leaves one too).
+    cp "$tmp/seg.copy" "$seg"
+    LD_LIBRARY_PATH=$B/snic LD_PRELOAD=$PRE$LIB MRCACHE_STATS=off "$PROG" 1 4096 1 0 </dev/null >/dev/null 2>&1
+    [ ! -e "$seg" ]
+    report live_next_process_removes_dead_segment $?
+fi
 
 # A process that ran another program without the cache: its pid and start time stay.
 start e exec
