@@ -11,8 +11,6 @@ B=$1
 PRE=${2:-}
 LIB=$(cd "$B" && pwd)/libmrcache.so
 PROG=$B/test/live_prog
-# The command from this tree, with the library under test (not build/'s).
-MRC="scripts/mrcache --lib $LIB"
 tmp=$(mktemp -d)
 pids=''
 cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; tmux kill-session -t "mrclive$$" 2>/dev/null; rm -rf "$tmp"; }
@@ -23,15 +21,22 @@ uid=$(id -u)
 KB=1024
 SIZE=$((256 * KB))   # 16 of them: 4 MiB pinned at most, within an 8 MiB RLIMIT_MEMLOCK
 
+# The viewer is the library file run as a program, which a sanitizer build cannot be:
+# then the programs preload the sanitized library and the plain build's views them.
+VIEWER=$LIB
 if [ -n "$PRE" ]; then
-    # The viewer is the library file run as a program; a sanitizer build cannot run so.
-    for t in segment_private once_counts once_text flush_releases_sleeper api_flush other_user_cannot_open \
-             killed_segment_removed next_process_removes_dead_segment exec_segment_removed \
-             exit_removes_segment top_in_terminal; do
-        skip "live_$t" "a sanitizer build cannot be run as a program (the viewer)"
-    done
-    exit 0
+    VIEWER=$(pwd)/build/libmrcache.so
+    if [ ! -f "$VIEWER" ] || ! LD_PRELOAD='' "$VIEWER" --version >/dev/null 2>&1; then
+        for t in segment_private once_counts once_text flush_releases_sleeper api_flush other_user_cannot_open \
+                 killed_segment_removed next_process_removes_dead_segment exec_segment_removed \
+                 exit_removes_segment top_in_terminal; do
+            skip "live_$t" "a sanitizer build cannot be run as a program, and there is no plain build/ to view with"
+        done
+        exit 0
+    fi
 fi
+# The command from this tree, with the viewer of the library under test.
+MRC="scripts/mrcache --lib $VIEWER"
 
 # start NAME MODE: live_prog (16 buffers of 256 KiB registered 3 times, 4 held) under the
 # preload; sets PID. Without a mode it reads a fifo held open (fd 8) until the test closes it.
@@ -115,9 +120,9 @@ else
     asnobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
     r=0
     asnobody cat "/dev/shm/mrcache-0-$Bp" >/dev/null 2>&1 && { echo "nobody read the segment" >&2; r=1; }
-    asnobody "$LIB" --once --json -d 0 >"$tmp/nobody.json" 2>&1 || r=1
+    asnobody "$VIEWER" --once --json -d 0 >"$tmp/nobody.json" 2>&1 || r=1
     [ "$(json_field "$tmp/nobody.json" "$Bp" pid)" = absent ] || { echo "nobody sees process $Bp" >&2; r=1; }
-    asnobody "$LIB" --flush "$Bp" >/dev/null 2>&1 && { echo "nobody flushed process $Bp" >&2; r=1; }
+    asnobody "$VIEWER" --flush "$Bp" >/dev/null 2>&1 && { echo "nobody flushed process $Bp" >&2; r=1; }
     [ "$(vmpin "$Bp")" = 4096 ] || r=1
     [ -f "/dev/shm/mrcache-0-$Bp" ] || r=1
     report live_other_user_cannot_open $r
