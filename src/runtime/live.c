@@ -123,8 +123,10 @@ static uint32_t *open_segment(void)
         return NULL;
     }
     long p = -1;
-    /* The umask only narrows the mode; a viewer of the same user must write requests. */
-    if (!fchmod(fd, 0600) && !syscall(SYS_ftruncate, fd, (long)sizeof(struct mrc_live_seg)))
+    /* The umask only narrows the mode; a viewer of the same user must write requests.
+     * The page is allocated now (fallocate, not ftruncate): on a full /dev/shm the first
+     * store into a sparse page would be a SIGBUS, here it is an error and no view. */
+    if (!fchmod(fd, 0600) && !syscall(SYS_fallocate, fd, 0, 0L, (long)sizeof(struct mrc_live_seg)))
         p = syscall(SYS_mmap, 0, sizeof(struct mrc_live_seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int saved = errno;
     close(fd);

@@ -29,7 +29,7 @@ if [ -n "$PRE" ]; then
     if [ ! -f "$VIEWER" ] || ! LD_PRELOAD='' "$VIEWER" --version >/dev/null 2>&1; then
         for t in segment_private once_counts once_text flush_releases_sleeper api_flush other_user_cannot_open \
                  killed_segment_removed next_process_removes_dead_segment exec_segment_removed \
-                 exit_removes_segment top_in_terminal; do
+                 exit_removes_segment full_shm_warns_and_runs top_in_terminal; do
             skip "live_$t" "a sanitizer build cannot be run as a program, and there is no plain build/ to view with"
         done
         exit 0
@@ -183,6 +183,22 @@ wait "$C"
 rc=$?
 [ $had -eq 0 ] && [ $rc -eq 0 ] && [ ! -e "/dev/shm/mrcache-$uid-$C" ]
 report live_exit_removes_segment $?
+
+# --- A full /dev/shm (a container's 64 MiB, filled by MPI): no view, one warning, no harm --
+if [ "$uid" -ne 0 ] || ! command -v unshare >/dev/null; then
+    skip live_full_shm_warns_and_runs "needs root and unshare, to mount a full /dev/shm of its own"
+else
+    unshare -m sh -c 'mount -t tmpfs -o size=4k tmpfs /dev/shm && dd if=/dev/zero of=/dev/shm/fill bs=4k count=1 2>/dev/null &&
+        exec env "$@"' sh LD_LIBRARY_PATH="$B/snic" LD_PRELOAD="$PRE$LIB" MRCACHE_STATS=off "$PROG" 4 4096 2 0 \
+        </dev/null >"$tmp/full.out" 2>"$tmp/full.err"
+    rc=$?
+    r=0
+    if [ $rc -ne 0 ] || ! grep -q '^ready' "$tmp/full.out"; then echo "exit status $rc" >&2; r=1; fi
+    [ "$(grep -c 'no live view of this process' "$tmp/full.err")" = 1 ] || r=1
+    grep -q 'No space left on device' "$tmp/full.err" || r=1
+    [ $r -ne 0 ] && cat "$tmp/full.err" >&2
+    report live_full_shm_warns_and_runs $r
+fi
 
 # --- The refreshing view, in a real terminal ------------------------------------------------
 if ! command -v tmux >/dev/null; then
