@@ -5,13 +5,14 @@
 # UCX's runtime (test/ucs loads libucs, which patches libc as it loads), jemalloc (a
 # second allocator after us), python3 and matplotlib (mrcache-report and its plots), git
 # (the benchmark patch is checked against the sources), groff and man-db (the manual
-# pages are rendered), shellcheck (mrcache is checked as POSIX sh). Extra groups: --vm
+# pages are rendered), shellcheck (mrcache is checked as POSIX sh), tmux (mrcache --top is
+# tested in a real terminal). Extra groups: --vm
 # (Soft-RoCE VM harness, with Open MPI for its MPI job), --bench (UCX's headers for the
 # benchmark comparison), --fresh-root (scripts/fresh-root-check.sh's debootstrap).
 set -euo pipefail
 
 pkgs=(build-essential pkg-config libibverbs-dev ibverbs-utils uthash-dev libunwind-dev liburing-dev libucx0
-      libjemalloc2 python3 python3-matplotlib git groff-base man-db shellcheck)
+      libjemalloc2 python3 python3-matplotlib git groff-base man-db shellcheck tmux)
 for arg in "$@"; do
     case "$arg" in
         --vm) pkgs+=(qemu-system-x86 busybox-static cpio gzip kmod ibverbs-providers perftest iproute2 libucx0 ucx-utils xz-utils zstd

@@ -1273,6 +1273,20 @@ void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_gauges *g)
     pthread_mutex_unlock(&c->lock);
 }
 
+uint64_t mrc_cache_idle_bytes(struct mrc_cache *c)
+{
+    uint64_t idle = 0;
+    stats_ready();
+    pthread_mutex_lock(&c->lock);
+    settle_locked(c);
+    /* The tree's own reference alone: nobody holds it (evict_idle_locked's test). */
+    for (struct mrc_entry *e = c->lru.lru_next; e != &c->lru; e = e->lru_next)
+        if (LD(&e->ref) == 1)
+            idle += mrc_entry_len(e);
+    pthread_mutex_unlock(&c->lock);
+    return idle;
+}
+
 int mrc_cache_destroy(struct mrc_cache *c, struct mrc_cache_leftovers *left)
 {
     /* The calling thread's spares and pending LRU moves belong to this cache. */

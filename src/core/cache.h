@@ -297,6 +297,11 @@ void mrc_cache_forget(struct mrc_cache *c);
 
 void mrc_cache_get_gauges(struct mrc_cache *c, struct mrc_gauges *g);
 
+/* Bytes of the cached registrations nobody holds (what a flush would release): a walk
+ * of every cached entry under the lock, so for a viewer's occasional look, never for a
+ * registration's path. */
+uint64_t mrc_cache_idle_bytes(struct mrc_cache *c);
+
 /* Fills the sink's armed, begin, done and arg with this cache's unmap protocol
  * (mrc_cache_unmap_begin/done; armed once the cache was first used). source_lost is
  * left to the caller. */

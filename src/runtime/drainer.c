@@ -8,7 +8,10 @@
  * exist only while it runs; woken with one futex syscall (no allocation, no lock, errno
  * kept), or with none while it polls: after a refill it looks again every POLL_NS for a
  * while (POLLS times without work), since a futex wake costs the waker ~30 us here and
- * a stream of misses asks for a refill every 1024 misses; blocks every signal, so the
+ * a stream of misses asks for a refill every 1024 misses; its word lives in the live
+ * segment (runtime/live.h) when there is one, so a viewer in another process wakes it
+ * too, to publish a snapshot or flush (futex calls are therefore the shared kind);
+ * blocks every signal, so the
  * program's handlers never run on it; never keeps the process alive: once the main
  * thread has left with pthread_exit it looks every WATCH_NS whether the program's
  * threads are all gone, and then returns (glibc ends the process with exit(0) when its
@@ -25,6 +28,7 @@
 #include <unistd.h>
 
 #include "runtime/drainer.h"
+#include "runtime/live.h"
 #include "runtime/state.h"
 #include "util/log.h"
 #include "util/thread.h"
@@ -41,7 +45,8 @@
  * left. The process outlives its last thread by at most this; the look is one load. */
 #define WATCH_NS 20000000
 
-static uint32_t wake_word;
+static uint32_t own_word;
+static uint32_t *wake_word = &own_word;   /* set before the thread starts */
 static int polling;          /* the thread looks at wake_word by itself: no wake needed */
 static int started;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -68,12 +73,12 @@ static void *drainer_main(void *arg)
     unsigned idle = POLLS;
     for (;;) {
         uint32_t w;
-        while (!(w = __atomic_exchange_n(&wake_word, 0, __ATOMIC_SEQ_CST))) {
+        while (!(w = __atomic_exchange_n(wake_word, 0, __ATOMIC_SEQ_CST))) {
             mrc_rt_expire_due();
             if (idle < POLLS) {
                 struct timespec poll = { 0, POLL_NS };
                 idle++;
-                syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, &poll, NULL, 0);
+                syscall(SYS_futex, wake_word, FUTEX_WAIT, 0, &poll, NULL, 0);
                 continue;
             }
             /* Stop polling before the last look (the futex's own test of the word): a
@@ -82,7 +87,7 @@ static void *drainer_main(void *arg)
             __atomic_store_n(&polling, 0, __ATOMIC_SEQ_CST);
             if (!mrc_thread_main_left()) {
                 struct timespec sweep;
-                syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, mrc_rt_expire_wait(&sweep), NULL, 0);
+                syscall(SYS_futex, wake_word, FUTEX_WAIT, 0, mrc_rt_expire_wait(&sweep), NULL, 0);
                 continue;
             }
             if (mrc_thread_only_helpers()) {
@@ -90,7 +95,7 @@ static void *drainer_main(void *arg)
                 return NULL;
             }
             struct timespec watch = { 0, WATCH_NS };
-            syscall(SYS_futex, &wake_word, FUTEX_WAIT_PRIVATE, 0, &watch, NULL, 0);
+            syscall(SYS_futex, wake_word, FUTEX_WAIT, 0, &watch, NULL, 0);
         }
         if (w & WAKE_REFILL) {
             __atomic_store_n(&polling, 1, __ATOMIC_SEQ_CST);
@@ -102,6 +107,8 @@ static void *drainer_main(void *arg)
             mrc_cache_refill(&mrc_rt.cache);
             mrc_verbs_refill(&mrc_rt.verbs);
         }
+        if (w & MRC_LIVE_WAKE)
+            mrc_live_serve();
     }
     return NULL;
 }
@@ -112,6 +119,9 @@ void mrc_drainer_start(void)
         return;
     pthread_mutex_lock(&start_lock);
     if (!started) {
+        uint32_t *shared = mrc_live_open();
+        if (shared)
+            wake_word = shared;
         int rc = mrc_thread_start(drainer_main, NULL, "mrcache-drain");
         if (rc)
             MRC_WARN("cannot start the helper thread (%d): deferred MRs wait for the next verbs call", rc);
@@ -129,11 +139,11 @@ void mrc_drainer_start(void)
  * the thread is not polling (it will see ours by itself). */
 static void wake(uint32_t what)
 {
-    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || __atomic_fetch_or(&wake_word, what, __ATOMIC_SEQ_CST) ||
+    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || __atomic_fetch_or(wake_word, what, __ATOMIC_SEQ_CST) ||
         __atomic_load_n(&polling, __ATOMIC_SEQ_CST))
         return;
     int saved = errno;
-    syscall(SYS_futex, &wake_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    syscall(SYS_futex, wake_word, FUTEX_WAKE, 1, NULL, NULL, 0);
     errno = saved;
 }
 
@@ -157,7 +167,8 @@ void mrc_drainer_watch(void)
 void mrc_drainer_forget(void)
 {
     started = 0;
-    wake_word = 0;
+    wake_word = &own_word;
+    own_word = 0;
     polling = 0;
     pthread_mutex_init(&start_lock, NULL);
 }

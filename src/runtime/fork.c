@@ -18,6 +18,7 @@
 #include "monitor/maps.h"
 #include "monitor/uffd.h"
 #include "runtime/drainer.h"
+#include "runtime/live.h"
 #include "runtime/route.h"
 #include "runtime/runtime.h"
 #include "runtime/state.h"
@@ -79,6 +80,7 @@ static void fork_child(void)
 {
     mrc_verbs_fork_child(&mrc_rt.verbs);
     mrc_drainer_forget();
+    mrc_live_forget();
     mrc_uffd_child_reset();
     mrc_maps_child_reset();
     mrc_odp_child_reset();

@@ -25,6 +25,7 @@
 #include "monitor/uffd.h"
 #include "monitor/unmap.h"
 #include "runtime/drainer.h"
+#include "runtime/live.h"
 #include "runtime/route.h"
 #include "runtime/runtime.h"
 #include "runtime/state.h"
@@ -49,6 +50,7 @@ static void on_exit_handler(void)
         dlclose(lib);
     }
     mrc_rt_dump_at_exit();
+    mrc_live_close();
 }
 
 void mrc_rt_first_registration(void)

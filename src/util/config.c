@@ -463,14 +463,8 @@ void mrc_config_describe(int fd)
 int mrc_config_has_ipc_lock(void)
 {
     char buf[4096];
-    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (mrc_read_text("/proc/self/status", buf, sizeof(buf)) < 0)
         return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
     const char *p = strstr(buf, "CapEff:");
     if (!p)
         return 0;

@@ -1,8 +1,9 @@
 /* log.c - formats a diagnostic into a stack buffer and writes it with write(2); keeps
- * the notes to repeat as one warning later in a fixed buffer.
+ * the notes to repeat as one warning later in a fixed buffer; reads small /proc files.
  * Invariant: no malloc, no stdio stream, errno preserved; a message longer than the
  * buffer is truncated, never split. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -24,6 +25,18 @@ int mrc_write_all(int fd, const char *buf, unsigned long len)
         len -= (unsigned long)n;
     }
     return 0;
+}
+
+long mrc_read_text(const char *path, char *buf, unsigned long size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, size - 1);
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    return (long)n;
 }
 
 void mrc_log(int level, const char *fmt, ...)

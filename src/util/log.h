@@ -26,4 +26,8 @@ void mrc_log_notes_warn(void);
 /* Writes all of buf to fd, retrying on EINTR and short writes. Returns 0 or -errno. */
 int mrc_write_all(int fd, const char *buf, unsigned long len);
 
+/* Reads a small file (/proc's) into buf, at most size - 1 bytes, NUL-terminated, in one
+ * read and without stdio. Returns the length, or -1 when it cannot be read or is empty. */
+long mrc_read_text(const char *path, char *buf, unsigned long size);
+
 #endif

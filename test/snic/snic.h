@@ -8,6 +8,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Environment, read once at load:
  *   SNIC_REG_COST_NS="FIXED[,PER_BYTE]"  every registration takes at least FIXED +
@@ -108,5 +111,21 @@ struct snic_odp_stats {
 };
 
 void snic_get_odp_stats(struct snic_odp_stats *out);
+
+/* For tests: this process's VmPin (/proc/self/status) in kB, what the software NIC's
+ * MRs pin; -1 if absent. */
+static inline long snic_vmpin_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmPin:", 6))
+            kb = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kb;
+}
 
 #endif

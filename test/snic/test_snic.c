@@ -47,20 +47,6 @@ static char *map_pages(size_t n)
     return p;
 }
 
-static long vmpin_kb(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-
-    while (f && fgets(line, sizeof(line), f))
-        if (!strncmp(line, "VmPin:", 6))
-            kb = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 static struct snic_stats stats(void)
 {
     struct snic_stats s;
@@ -532,24 +518,24 @@ static void test_stale_mr_writes_old_pages_after_remap(void)
 {
     char *buf = map_pages(4), *again, out[8];
     struct ibv_mr *mr;
-    long pin0 = vmpin_kb(), pin1;
+    long pin0 = snic_vmpin_kb(), pin1;
 
     memset(buf, 'a', 4 * page);
     mr = ibv_reg_mr(pd, buf, 4 * page, RW_ALL);
     CHECK(mr != NULL);
     if (!mr)
         return;
-    pin1 = vmpin_kb();
+    pin1 = snic_vmpin_kb();
     munmap(buf, 4 * page);
     again = mmap(buf, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                  -1, 0);
     CHECK(again == buf);
-    CHECK(vmpin_kb() == pin1); /* the old pages are still pinned */
+    CHECK(snic_vmpin_kb() == pin1); /* the old pages are still pinned */
     CHECK(snic_rdma_write(mr->rkey, u(buf) + 10, "stale", 5) == 0);
     CHECK(again[10] == 0 && again[0] == 0); /* the new mapping saw nothing */
     CHECK(snic_rdma_read(mr->rkey, u(buf) + 8, out, 7) == 0 && !memcmp(out, "aastale", 7));
     CHECK(ibv_dereg_mr(mr) == 0);
-    CHECK(vmpin_kb() == pin0);
+    CHECK(snic_vmpin_kb() == pin0);
     munmap(again, 4 * page);
 }
 
@@ -580,7 +566,7 @@ static void test_pinned_bytes_match_vmpin(void)
 {
     char *buf = map_pages(80);
     struct snic_stats s0 = stats();
-    long pin0 = vmpin_kb();
+    long pin0 = snic_vmpin_kb();
     struct ibv_mr *a = ibv_reg_mr(pd, buf, 1, 0);                       /* 1 page */
     struct ibv_mr *b = ibv_reg_mr(pd, buf + page + 100, 4 * page, 0);   /* 5 pages */
     struct ibv_mr *c = ibv_reg_mr(pd, buf + 8 * page, 64 * page, 0);     /* 64 pages */
@@ -589,11 +575,11 @@ static void test_pinned_bytes_match_vmpin(void)
     CHECK(a && b && c);
     CHECKF(stats().pinned_bytes - s0.pinned_bytes == want, "%llu",
            (unsigned long long)(stats().pinned_bytes - s0.pinned_bytes));
-    CHECKF((uint64_t)(vmpin_kb() - pin0) * 1024 == want, "VmPin +%ld kB", vmpin_kb() - pin0);
+    CHECKF((uint64_t)(snic_vmpin_kb() - pin0) * 1024 == want, "VmPin +%ld kB", snic_vmpin_kb() - pin0);
     CHECK(stats().pinned_peak >= stats().pinned_bytes);
     ibv_dereg_mr(a), ibv_dereg_mr(b), ibv_dereg_mr(c);
     CHECK(stats().pinned_bytes == s0.pinned_bytes);
-    CHECK(vmpin_kb() == pin0);
+    CHECK(snic_vmpin_kb() == pin0);
     CHECK(stats().pinned_peak >= s0.pinned_bytes + want);
     snic_reset_peak();
     CHECK(stats().pinned_peak == stats().pinned_bytes);
@@ -605,13 +591,13 @@ static void test_mr_larger_than_1gib(void)
 {
     size_t len = (1UL << 30) + 2 * page, n = len / page + 1;
     char *buf = map_pages(n), out[16];
-    long pin0 = vmpin_kb();
+    long pin0 = snic_vmpin_kb();
     struct ibv_mr *mr = ibv_reg_mr(pd, buf + 100, len, RW_ALL);
     uint64_t split = u(buf) + (1UL << 30);
 
     CHECK(mr != NULL);
     if (mr) {
-        CHECK((uint64_t)(vmpin_kb() - pin0) * 1024 == (len / page + 1) * page);
+        CHECK((uint64_t)(snic_vmpin_kb() - pin0) * 1024 == (len / page + 1) * page);
         CHECK(snic_rdma_write(mr->rkey, split - 5, "0123456789", 10) == 0);
         CHECK(!memcmp(buf + (1UL << 30) - 5, "0123456789", 10));
         memcpy(buf + len + 90, "tail", 4);
@@ -619,7 +605,7 @@ static void test_mr_larger_than_1gib(void)
         CHECK(!memcmp(out, "tail", 4));
         ibv_dereg_mr(mr);
     }
-    CHECK(vmpin_kb() == pin0);
+    CHECK(snic_vmpin_kb() == pin0);
     munmap(buf, n * page);
 }
 
@@ -630,7 +616,7 @@ static void test_100k_live_mrs(void)
     struct ibv_mr **mrs = calloc(N, sizeof(*mrs));
     char *buf = map_pages(PAGES), out[4];
     struct snic_stats s0 = stats();
-    long pin0 = vmpin_kb();
+    long pin0 = snic_vmpin_kb();
     int made = 0;
 
     for (int i = 0; i < N; i++) {
@@ -642,7 +628,7 @@ static void test_100k_live_mrs(void)
     CHECKF(made == N, "stopped at %d: %s", made, strerror(errno));
     CHECK(stats().live_mrs == s0.live_mrs + (uint64_t)made);
     CHECK(stats().pinned_bytes == s0.pinned_bytes + (uint64_t)made * page);
-    CHECK((uint64_t)(vmpin_kb() - pin0) * 1024 == (uint64_t)made * page);
+    CHECK((uint64_t)(snic_vmpin_kb() - pin0) * 1024 == (uint64_t)made * page);
     /* The last MRs live in the last ring; the first ring pins the same pages again. */
     for (int i = made - 3; i < made && i >= 0; i++) {
         struct ibv_mr *twin = mrs[i % 16384];
@@ -655,7 +641,7 @@ static void test_100k_live_mrs(void)
     for (int i = 0; i < made; i++)
         CHECK(ibv_dereg_mr(mrs[i]) == 0);
     CHECK(stats().live_mrs == s0.live_mrs && stats().pinned_bytes == s0.pinned_bytes);
-    CHECK(vmpin_kb() == pin0);
+    CHECK(snic_vmpin_kb() == pin0);
     free(mrs);
     munmap(buf, PAGES * page);
 }

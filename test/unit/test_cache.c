@@ -1,7 +1,7 @@
 /* test_cache.c - the cache core against a counting fake back-end: rights, iova offsets,
  * merging, limits and LRU order, ENOMEM retry, invalidation (in use, deferred, never
  * calling the back-end; one by one and in bulk), flush by domain, forget, gauges and
- * their peaks, back-end time counted in ticks, a thread's spare entries, the entry
+ * their peaks, the idle bytes, back-end time counted in ticks, a thread's spare entries, the entry
  * pool (batched gets; its reserve, refilled from another thread while gets run and
  * asked for at half), and a threaded stress in which no lookup may return an entry
  * overlapping a range whose invalidation has returned; runs parked by an unmap (never
@@ -804,6 +804,28 @@ static void test_flush_by_domain(void)
     CHECK(fb.live == 1);                    /* dom_b untouched */
     mrc_cache_flush(&cache, NULL, NULL);
     CHECK(fb.live == 0);
+}
+
+/* Idle bytes count the cached entries nobody holds: not those in use, not invalidated
+ * ones, and a hit on an idle entry makes it in use again. */
+static void test_idle_bytes(void)
+{
+    setup();
+    CHECK(mrc_cache_idle_bytes(&cache) == 0);
+    mrc_cache_put(&cache, get(&dom_a, 0xb000000, PG, LW));
+    mrc_cache_put(&cache, get(&dom_a, 0xb100000, 2 * PG, LW));
+    struct mrc_entry *busy = get(&dom_b, 0xb200000, 4 * PG, LW);
+    mrc_cache_put(&cache, get(&dom_a, 0xb300000, 8 * PG, LW));
+    CHECK(mrc_cache_idle_bytes(&cache) == 11 * PG);
+    struct mrc_entry *again = get(&dom_a, 0xb100000, 2 * PG, LW);
+    CHECK(mrc_cache_idle_bytes(&cache) == 9 * PG);
+    mrc_cache_invalidate(&cache, 0xb300000, PG, MRC_INVAL_MUNMAP);
+    CHECK(mrc_cache_idle_bytes(&cache) == PG);
+    mrc_cache_put(&cache, again);
+    mrc_cache_put(&cache, busy);
+    CHECK(mrc_cache_idle_bytes(&cache) == 7 * PG);
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECK(mrc_cache_idle_bytes(&cache) == 0);
 }
 
 /* ---- deregistrations the back-end refuses ---- */
@@ -2340,6 +2362,7 @@ int main(void)
     RUN(test_deferred_bound_calls_for_help);
     RUN(test_parked_bound_calls_for_help);
     RUN(test_flush_by_domain);
+    RUN(test_idle_bytes);
     RUN(test_refused_dereg_kept_and_retried_by_a_miss);
     RUN(test_refused_dereg_asked_less_often_by_misses);
     RUN(test_flush_retries_the_refused_of_its_domain);
