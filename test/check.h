@@ -70,6 +70,18 @@ __attribute__((unused)) static unsigned check_private_uid(void)
     return 4000000u + (unsigned)getpid() % 1000000u;
 }
 
+/* order[0..n) = 0..n-1 in a random order fixed by seed (Fisher-Yates over rand_r). */
+__attribute__((unused)) static void check_shuffle(unsigned *order, unsigned n, unsigned seed)
+{
+    for (unsigned i = 0; i < n; i++)
+        order[i] = i;
+    for (unsigned i = n ? n - 1 : 0; i > 0; i--) {
+        unsigned j = (unsigned)rand_r(&seed) % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
 /* SKIP_TEST with a formatted reason. */
 static char check_skip_buf[256];
 __attribute__((format(printf, 1, 2), unused)) static void check_skipf(const char *fmt, ...)

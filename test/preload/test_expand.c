@@ -71,14 +71,7 @@ static void test_pieces_in_random_order(void)
     if (!buf)
         return;
     unsigned order[512];
-    for (unsigned i = 0; i < n; i++)
-        order[i] = i;
-    srand(7);
-    for (unsigned i = n - 1; i > 0; i--) {
-        unsigned j = (unsigned)rand() % (i + 1), t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    check_shuffle(order, (unsigned)n, 7);
     uint64_t r0 = nic_regs(), p0 = pinned();
     int bad = 0;
     for (unsigned i = 0; i < n; i++) {

@@ -75,14 +75,7 @@ static void pieces(void)
             return;
         memset(buf[b], 2, PBUF);
     }
-    for (unsigned i = 0; i < N; i++)
-        order[i] = i;
-    srand(11);
-    for (unsigned i = N - 1; i > 0; i--) {
-        unsigned j = (unsigned)rand() % (i + 1), t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    check_shuffle(order, N, 11);
     int bad = 0;
     uint64_t t0 = vm_now_ns();
     for (unsigned i = 0; i < N; i++) {
