@@ -188,16 +188,24 @@ report live_exit_removes_segment $?
 if [ "$uid" -ne 0 ] || ! command -v unshare >/dev/null; then
     skip live_full_shm_warns_and_runs "needs root and unshare, to mount a full /dev/shm of its own"
 else
-    unshare -m sh -c 'mount -t tmpfs -o size=4k tmpfs /dev/shm && dd if=/dev/zero of=/dev/shm/fill bs=4k count=1 2>/dev/null &&
+    # Propagation unchanged (in a chroot, / is no mount point, and unshare cannot make it
+    # private), then /dev/shm alone made private, so the full one never reaches the
+    # caller's namespace; exit 99: /dev/shm is no mount point to make private.
+    unshare -m --propagation unchanged sh -c 'mount --make-rprivate /dev/shm 2>/dev/null || exit 99
+        mount -t tmpfs -o size=4k tmpfs /dev/shm && dd if=/dev/zero of=/dev/shm/fill bs=4k count=1 2>/dev/null &&
         exec env "$@"' sh LD_LIBRARY_PATH="$B/snic" LD_PRELOAD="$PRE$LIB" MRCACHE_STATS=off "$PROG" 4 4096 2 0 \
         </dev/null >"$tmp/full.out" 2>"$tmp/full.err"
     rc=$?
-    r=0
-    if [ $rc -ne 0 ] || ! grep -q '^ready' "$tmp/full.out"; then echo "exit status $rc" >&2; r=1; fi
-    [ "$(grep -c 'no live view of this process' "$tmp/full.err")" = 1 ] || r=1
-    grep -q 'No space left on device' "$tmp/full.err" || r=1
-    [ $r -ne 0 ] && cat "$tmp/full.err" >&2
-    report live_full_shm_warns_and_runs $r
+    if [ $rc -eq 99 ]; then
+        skip live_full_shm_warns_and_runs "/dev/shm is not a mount point of its own, to cover with a full one"
+    else
+        r=0
+        if [ $rc -ne 0 ] || ! grep -q '^ready' "$tmp/full.out"; then echo "exit status $rc" >&2; r=1; fi
+        [ "$(grep -c 'no live view of this process' "$tmp/full.err")" = 1 ] || r=1
+        grep -q 'No space left on device' "$tmp/full.err" || r=1
+        [ $r -ne 0 ] && cat "$tmp/full.err" >&2
+        report live_full_shm_warns_and_runs $r
+    fi
 fi
 
 # --- The refreshing view, in a real terminal ------------------------------------------------
