@@ -29,6 +29,6 @@ $(BUILD)/test/test_patched_exports: test/monitor/test_patched_exports.c test/pre
 TEST_BINS += $(MON_BIN) $(MON_LIB) $(MON_FAKE) $(BUILD)/test/test_patched_exports
 TEST_CMDS += "$(MON_RUN) $(MON_BIN) $(abspath $(MON_LIB))"
 TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=patch $(MON_BIN) $(abspath $(MON_LIB))"
-TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=preload EXPECT_STALE=1 $(MON_BIN) $(abspath $(MON_LIB)) 2>/dev/null"
-TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=none EXPECT_STALE=1 $(MON_BIN) $(abspath $(MON_LIB)) 2>/dev/null"
+TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=preload MRCACHE_LARGE=1/1 EXPECT_STALE=1 $(MON_BIN) $(abspath $(MON_LIB)) 2>/dev/null"
+TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=none MRCACHE_LARGE=1/1 EXPECT_STALE=1 $(MON_BIN) $(abspath $(MON_LIB)) 2>/dev/null"
 TEST_CMDS += "test/monitor/test_patch.sh $(BUILD) '$(PRELOAD_PREFIX)'"

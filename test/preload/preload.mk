@@ -11,7 +11,10 @@ TEST_BINS += $(PRELOAD_BINS)
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_unmap_paths"
 # Shared memory cached: the shm and MADV_REMOVE paths must then invalidate it themselves.
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_SHARED=cache $(BUILD)/test/test_unmap_paths"
-TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MONITOR=none EXPECT_STALE=1 $(BUILD)/test/test_unmap_paths 2>/dev/null"
+# Every stale control (EXPECT_STALE=1, here and in the other directories) keeps all its
+# registrations, MRCACHE_LARGE=1/1: one the size admission gives back at its release
+# (over 2 MiB where RLIMIT_MEMLOCK is 8 MiB) is registered afresh, and cannot go stale.
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MONITOR=none MRCACHE_LARGE=1/1 EXPECT_STALE=1 $(BUILD)/test/test_unmap_paths 2>/dev/null"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_verbs"
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_verbs"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MAX_DEFERRED=512K DEFERRED_ONLY=1 $(BUILD)/test/test_verbs"
@@ -20,7 +23,7 @@ TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1
 # monitor off, where the remapped pieces of an expanded range must come out stale.
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_EXPAND=1M EXPAND=on $(BUILD)/test/test_expand"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off EXPAND=off $(BUILD)/test/test_expand"
-TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_EXPAND=1M MRCACHE_MONITOR=none EXPECT_STALE=1 $(BUILD)/test/test_expand 2>/dev/null"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_EXPAND=1M MRCACHE_MONITOR=none MRCACHE_LARGE=1/1 EXPECT_STALE=1 $(BUILD)/test/test_expand 2>/dev/null"
 # Pinned memory that comes back: after MRCACHE_IDLE_TIMEOUT, and for registrations past
 # MRCACHE_LARGE at their release; each beside a control in which it stays.
 TEST_BINS += $(BUILD)/test/test_pinned_back

@@ -72,7 +72,7 @@ scenario route_back_lazy test_route_lazy EXPECT_ROUTE=1 "${LATE[@]}" && late_sai
 verdict route_back_lazy $?
 # Nothing predicts free's unmaps without the allocator hooks: the same check must fail.
 scenario route_late_patch_stale_control test_route EXPECT_ROUTE=1 "${LATE[@]}" MRCACHE_MALLOC_HOOKS=0 \
-    MALLOC_HOOKS_OFF=1 EXPECT_STALE=1
+    MALLOC_HOOKS_OFF=1 MRCACHE_LARGE=1/1 EXPECT_STALE=1
 verdict route_late_patch_stale_control $?
 
 # The program's slot (-z now) is on a RELRO page that may not be made writable again.

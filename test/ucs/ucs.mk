@@ -14,6 +14,6 @@ $(UCS_BIN): test/ucs/test_ucs.c test/preload/ucm_watch.h test/preload/common.h t
 TEST_BINS += $(UCS_BIN)
 TEST_CMDS += "$(UCS_RUN) $(UCS_BIN)"
 TEST_CMDS += "$(UCS_RUN) MRCACHE_MONITOR=patch $(UCS_BIN)"
-TEST_CMDS += "$(UCS_RUN) MRCACHE_MONITOR=none EXPECT_STALE=1 $(UCS_BIN) 2>/dev/null"
+TEST_CMDS += "$(UCS_RUN) MRCACHE_MONITOR=none MRCACHE_LARGE=1/1 EXPECT_STALE=1 $(UCS_BIN) 2>/dev/null"
 TEST_CMDS += "$(UCS_RUN) LATE_LIB=none $(UCS_BIN)"
 TEST_CMDS += "test/ucs/test_ucs.sh $(BUILD) '$(PRELOAD_PREFIX)'"

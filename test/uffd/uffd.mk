@@ -13,7 +13,7 @@ $(UFFD_BIN): test/uffd/test_uffd.c test/preload/common.h test/preload/stale.h te
 TEST_BINS += $(UFFD_BIN)
 TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=uffd timeout 300 $(UFFD_BIN)"
 TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=patch,preload,uffd timeout 300 $(UFFD_BIN)"
-TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=patch,preload EXPECT_STALE=1 timeout 300 $(UFFD_BIN) 2>/dev/null"
+TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=patch,preload MRCACHE_LARGE=1/1 EXPECT_STALE=1 timeout 300 $(UFFD_BIN) 2>/dev/null"
 TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=uffd timeout 300 $(UFFD_BIN) budget"
 TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=patch,preload,uffd timeout 300 $(BUILD)/test/test_unmap_paths"
 TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=patch,preload timeout 300 $(BUILD)/test/test_unmap_paths"
