@@ -10,6 +10,7 @@
 #include "backend/prepare.h"
 #include "util/hot.h"
 #include "util/log.h"
+#include "util/range.h"
 #include "util/stats.h"
 
 #define MANY_PAGES (1ull << 20)
@@ -20,7 +21,9 @@ MRC_HOT void mrc_prepare_account(uint64_t addr, uint64_t len)
 {
     struct mrc_page_mix m;
     if (len < MRC_HUGE_SIZE || mrc_pagescan_mix(addr, addr + len, &m) != 0) {
-        uint64_t pages = (((addr + len + 4095) & ~(uint64_t)4095) - (addr & ~(uint64_t)4095)) / 4096;
+        uint64_t first, span;
+        mrc_range_round(addr, len, 4096, &first, &span);
+        uint64_t pages = span / 4096;
         m = (struct mrc_page_mix){ .small_bytes = pages * 4096, .entries = pages, .entries_4k = pages };
     }
     /* One load of the thread's block for the four: every miss counts them. */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend/pagescan.h"
+#include "util/range.h"
 
 /* linux/fs.h of Linux 6.7 (the build's headers may be older; the ABI is fixed). */
 struct mrc_page_region {
@@ -31,6 +32,14 @@ struct mrc_pm_scan_arg {
 
 static int scan_missing;   /* the kernel lacks PAGEMAP_SCAN */
 
+/* [*start, *end) widened to whole 4 KiB pages: what the kernel reports on. */
+static void whole_pages(uint64_t *start, uint64_t *end)
+{
+    uint64_t len;
+    mrc_range_round(*start, *end - *start, 4096, start, &len);
+    *end = *start + len;
+}
+
 /* Without PAGEMAP_SCAN (before Linux 6.7): residency from mincore(2), one 2 MiB window
  * at a time (a 512-byte vector), in runs of resident pages; huge pages are not told. */
 #define WINDOW_PAGES 512
@@ -38,8 +47,7 @@ static int scan_missing;   /* the kernel lacks PAGEMAP_SCAN */
 int mrc_pagescan_mincore(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg)
 {
     unsigned char vec[WINDOW_PAGES];
-    start &= ~(uint64_t)4095;
-    end = (end + 4095) & ~(uint64_t)4095;
+    whole_pages(&start, &end);
     uint64_t run = 0;   /* start of the resident run under way, 0: none */
     for (uint64_t at = start; at < end; at += WINDOW_PAGES * 4096ull) {
         uint64_t n = (end - at) / 4096 < WINDOW_PAGES ? (end - at) / 4096 : WINDOW_PAGES;
@@ -77,8 +85,7 @@ int mrc_pagescan(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg)
 {
     if (__atomic_load_n(&scan_missing, __ATOMIC_RELAXED))
         return -EOPNOTSUPP;
-    start &= ~(uint64_t)4095;   /* the kernel takes whole pages */
-    end = (end + 4095) & ~(uint64_t)4095;
+    whole_pages(&start, &end);
     int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
@@ -136,8 +143,7 @@ static int mix_fn(uint64_t s, uint64_t e, unsigned flags, void *arg)
 int mrc_pagescan_mix(uint64_t start, uint64_t end, struct mrc_page_mix *mix)
 {
     *mix = (struct mrc_page_mix){ 0 };
-    start &= ~(uint64_t)4095;
-    end = (end + 4095) & ~(uint64_t)4095;
+    whole_pages(&start, &end);
     int rc = mrc_pagescan(start, end, mix_fn, mix);
     if (rc)
         return rc;

@@ -236,15 +236,10 @@ static int parse_fork(const char *s, void *f)
 /* MRCACHE_EXPAND: off (or 0), or the window as a power of two of at least 8K. */
 static int parse_expand(const char *s, void *f)
 {
-    uint64_t v;
-    if (!strcasecmp(s, "off") || !strcmp(s, "0")) {
-        *(uint64_t *)f = 0;
-        return 0;
-    }
-    if (parse_u64(s, &v) || v < 8192 || (v & (v - 1)))
+    if (parse_size_or_off(s, f))
         return -1;
-    *(uint64_t *)f = v;
-    return 0;
+    uint64_t v = *(uint64_t *)f;
+    return v && (v < 8192 || (v & (v - 1))) ? -1 : 0;
 }
 
 /* A duration: 0 (never), or a number with ms, s (the default unit), m or h. Kept in ms. */
