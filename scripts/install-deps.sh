@@ -2,17 +2,17 @@
 # Installs the Debian 12 packages that libmrcache's build and `make test` need.
 # Idempotent and quiet when everything is present; when not root it prints the
 # apt-get line to run and exits non-zero. The default set is everything the tests run:
-# UCX's runtime (test/ucs loads libucs, which patches libc as it loads), jemalloc (a
-# second allocator after us), python3 and matplotlib (mrcache-report and its plots), git
-# (the benchmark patch is checked against the sources), groff and man-db (the manual
-# pages are rendered), shellcheck (mrcache is checked as POSIX sh), tmux (mrcache --top is
-# tested in a real terminal). Extra groups: --vm
+# UCX's runtime (test/ucs loads libucs, which patches libc as it loads), jemalloc,
+# tcmalloc and mimalloc (other allocators after us), python3 and matplotlib
+# (mrcache-report and its plots), git (the benchmark patch is checked against the
+# sources), groff and man-db (the manual pages are rendered), shellcheck (mrcache is
+# checked as POSIX sh), tmux (mrcache --top is tested in a real terminal). Extra groups: --vm
 # (Soft-RoCE VM harness, with Open MPI for its MPI job), --bench (UCX's headers for the
 # benchmark comparison), --fresh-root (scripts/fresh-root-check.sh's debootstrap).
 set -euo pipefail
 
 pkgs=(build-essential pkg-config libibverbs-dev ibverbs-utils uthash-dev libunwind-dev liburing-dev libucx0
-      libjemalloc2 python3 python3-matplotlib git groff-base man-db shellcheck tmux)
+      libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 python3 python3-matplotlib git groff-base man-db shellcheck tmux)
 for arg in "$@"; do
     case "$arg" in
         --vm) pkgs+=(qemu-system-x86 busybox-static cpio gzip kmod ibverbs-providers perftest iproute2 libucx0 ucx-utils xz-utils zstd

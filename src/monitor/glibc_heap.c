@@ -95,7 +95,7 @@ static int program_malloc_is_glibc(void)
     static int known;   /* 0 not yet asked, 1 glibc's, 2 another's */
     int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
     if (!k) {
-        k = mrc_real_alloc_is_glibc && dlsym(RTLD_DEFAULT, "malloc") == (void *)__libc_malloc ? 1 : 2;
+        k = mrc_real_alloc_is_glibc && mrc_real_in_libc(dlsym(RTLD_DEFAULT, "malloc")) ? 1 : 2;
         __atomic_store_n(&known, k, __ATOMIC_RELAXED);
     }
     return k == 1;

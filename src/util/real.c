@@ -5,6 +5,7 @@
  * rdma-core defines, so we never bind the IBVERBS_1.0 compatibility entry points. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <gnu/libc-version.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -13,8 +14,29 @@
 
 struct mrc_real_fns mrc_real;
 
-extern void __libc_free(void *);
 int mrc_real_alloc_is_glibc;
+
+/* Where a function's code lives: the load address of its object. dladdr neither
+ * allocates nor opens anything, so it is safe inside another allocator's start-up. */
+static void *object_of(const void *fn)
+{
+    Dl_info info;
+    return fn && dladdr(fn, &info) ? info.dli_fbase : NULL;
+}
+
+int mrc_real_in_libc(const void *fn)
+{
+    /* gnu_get_libc_version is glibc's alone: no allocator defines it, so the object
+     * holding it is libc.so.6, whatever names other objects export (tcmalloc and
+     * mimalloc export __libc_malloc and __libc_free of their own). */
+    static void *libc_base;
+    void *base = __atomic_load_n(&libc_base, __ATOMIC_RELAXED);
+    if (!base) {
+        base = object_of((const void *)gnu_get_libc_version);
+        __atomic_store_n(&libc_base, base, __ATOMIC_RELAXED);
+    }
+    return base && object_of(fn) == base;
+}
 
 #define NEXT(field, name) (*(void **)&mrc_real.field = dlsym(RTLD_NEXT, name))
 
@@ -71,10 +93,11 @@ void mrc_real_resolve_libc(void)
     NEXT(dup2, "dup2");
     NEXT(dup3, "dup3");
     NEXT(ioctl, "ioctl");
-    /* glibc's free is also its __libc_free: if the next free is another allocator's
-     * (jemalloc preloaded after us, a sanitizer), its chunks are not glibc's. No dlopen
-     * here: this may run inside another allocator's initialisation, and dlopen mallocs. */
-    mrc_real_alloc_is_glibc = (void *)mrc_real.free == (void *)__libc_free;
+    /* The next free is glibc's only if its code is libc's: one preloaded after us
+     * (jemalloc, tcmalloc, mimalloc) or a sanitizer's has chunks that are not glibc's.
+     * No dlopen here: this may run inside another allocator's initialisation, and dlopen
+     * mallocs. */
+    mrc_real_alloc_is_glibc = mrc_real_in_libc((const void *)mrc_real.free);
     void *munmap_fn = dlsym(RTLD_NEXT, "munmap");
     __atomic_store_n((void **)&mrc_real.munmap, munmap_fn, __ATOMIC_RELEASE);
 }

@@ -88,6 +88,10 @@ extern struct mrc_real_fns mrc_real;
 /* Whether the next allocator is glibc's own (its chunk headers may then be read). */
 extern int mrc_real_alloc_is_glibc;
 
+/* Whether fn's code lies in libc.so.6 itself (not in an object that exports the same
+ * names). Any thread, any hook: never allocates. */
+int mrc_real_in_libc(const void *fn);
+
 /* Resolves the libc functions. Idempotent. */
 void mrc_real_resolve_libc(void);
 

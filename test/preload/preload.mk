@@ -16,6 +16,12 @@ TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_SHARED=cache $(BUILD)/test/te
 # (over 2 MiB where RLIMIT_MEMLOCK is 8 MiB) is registered afresh, and cannot go stale.
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MONITOR=none MRCACHE_LARGE=1/1 EXPECT_STALE=1 $(BUILD)/test/test_unmap_paths 2>/dev/null"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_verbs"
+# Another allocator after the cache: each exports names of glibc's (tcmalloc and mimalloc
+# their own __libc_free), and none of their memory is glibc's chunks.
+ALLOCATORS := /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 \
+              /usr/lib/x86_64-linux-gnu/libmimalloc.so.2
+TEST_CMDS += $(foreach a,$(ALLOCATORS),"$(PRELOAD):$(a) MRCACHE_STATS=off $(BUILD)/test/test_verbs 2>/dev/null")
+TEST_CMDS += $(foreach a,$(ALLOCATORS),"$(PRELOAD):$(a) MRCACHE_STATS=off MRCACHE_MONITOR=patch,preload,uffd $(BUILD)/test/test_verbs 2>/dev/null")
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_verbs"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MAX_DEFERRED=512K DEFERRED_ONLY=1 $(BUILD)/test/test_verbs"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1 FORK_SAFE_ONLY=1 $(BUILD)/test/test_verbs"
