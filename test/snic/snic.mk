@@ -26,18 +26,18 @@ $(SNIC_LIB): $(SNIC_OBJS) test/snic/snic.map test/snic/check-plt.sh
 $(SNIC_DIR)/libibverbs.so: $(SNIC_LIB)
 	$(Q)ln -sf libibverbs.so.1 $@
 
-$(BUILD)/test/test_snic: test/snic/test_snic.c test/snic/snic.h test/check.h $(SNIC_DEPS)
+$(BUILD)/test/test_snic: test/snic/test_snic.c test/snic/snic.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
 
-$(BUILD)/test/test_snic_odp: test/snic/test_snic_odp.c test/snic/snic.h test/check.h $(SNIC_DEPS)
+$(BUILD)/test/test_snic_odp: test/snic/test_snic_odp.c test/snic/snic.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) $(SNIC_LINK)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) $(SNIC_LINK)
 
 # Defines ibv_reg_mr_iova2 itself; exported so the NIC's PLT slot binds to it.
-$(BUILD)/test/test_snic_plt: test/snic/test_snic_plt.c test/snic/snic.h test/check.h $(SNIC_DEPS)
+$(BUILD)/test/test_snic_plt: test/snic/test_snic_plt.c test/snic/snic.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) \
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) \
 	    -Wl,--export-dynamic-symbol=ibv_reg_mr_iova2 $(SNIC_LINK) -ldl
 
 # Linked against the system's libibverbs, run against ours by test_abi.sh.

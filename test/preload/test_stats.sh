@@ -190,7 +190,7 @@ python3 "$REPORT" --no-plots "$tmp/lm" >"$tmp/lm.report" 2>&1 &&
     [ "$(python3 "$REPORT" --no-plots --mrs 1 "$tmp/lm" | grep -c 'mrlen ')" -eq 2 ]
 report report_lists_largest_mrs_per_rank $?
 
-# 5. The report on its own: synthetic jobs of 2, 16 and 512 ranks (test/stats/synth_ranks.py).
+# 5. The report on its own: synthetic jobs of 2, 16 and 512 ranks (test/preload/synth_ranks.py).
 SYNTH=$HERE/synth_ranks.py
 for n in 1 2 16 512; do python3 "$SYNTH" $n "$tmp/syn$n"; done
 # A python3 with matplotlib for the PNG tests (the one on PATH first), and a way to hide

@@ -6,9 +6,9 @@
 UFFD_BIN := $(BUILD)/test/test_uffd
 UFFD_RUN := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off
 
-$(UFFD_BIN): test/uffd/test_uffd.c test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
+$(UFFD_BIN): test/preload/test_uffd.c test/lib/common.h test/preload/stale.h test/lib/rdma_loop.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 TEST_BINS += $(UFFD_BIN)
 TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=uffd timeout 300 $(UFFD_BIN)"
@@ -17,18 +17,4 @@ TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=patch,preload MRCACHE_LARGE=1/1 EXPECT
 TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=uffd timeout 300 $(UFFD_BIN) budget"
 TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=patch,preload,uffd timeout 300 $(BUILD)/test/test_unmap_paths"
 TEST_CMDS += "$(UFFD_RUN) MRCACHE_MONITOR=patch,preload timeout 300 $(BUILD)/test/test_unmap_paths"
-TEST_CMDS += "test/uffd/test_uffd.sh $(BUILD) '$(PRELOAD_PREFIX)'"
-
-# make bench: the source's costs, with and without it (reported, never asserted).
-$(BUILD)/test/bench_uffd: test/uffd/bench_uffd.c $(SNIC_DEPS)
-	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Iinclude $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
-uffd-bench: $(LIB) $(BUILD)/test/bench_uffd
-	@echo "-- kernel alone"; $(BUILD)/test/bench_uffd kernel
-	@for m in patch,preload patch,preload,uffd; do echo "-- MRCACHE_MONITOR=$$m"; \
-	    $(UFFD_RUN) MRCACHE_MONITOR=$$m MRCACHE_MAX_ENTRIES=16 $(BUILD)/test/bench_uffd verbs; \
-	    $(UFFD_RUN) MRCACHE_MONITOR=$$m $(BUILD)/test/bench_uffd munmap; done
-	@echo "-- the descriptor hooks: without, then with the preload"; $(BUILD)/test/bench_uffd hooks; \
-	    $(UFFD_RUN) MRCACHE_MONITOR=patch,preload,uffd $(BUILD)/test/bench_uffd hooks
-bench: uffd-bench
-.PHONY: uffd-bench
+TEST_CMDS += "test/preload/test_uffd.sh $(BUILD) '$(PRELOAD_PREFIX)'"

@@ -16,7 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 report() { if [ "$2" -eq 0 ]; then echo "ok - $1"; else echo "not ok - $1"; fi; }
 major=$(awk '$2 == "MRCACHE_VERSION_MAJOR" {print $3}' "$root/include/mrcache.h")
 minor=$(awk '$2 == "MRCACHE_VERSION_MINOR" {print $3}' "$root/include/mrcache.h")
-probe=$root/test/api/api_probe.c
+probe=$root/test/package/api_probe.c
 
 # 1. Strict C99 (no _GNU_SOURCE: the RTLD_DEFAULT fallback) and C++, warnings as errors.
 $CC -std=c99 -pedantic-errors -Wall -Wextra -Werror -Wshadow -Wcast-qual -Wconversion \

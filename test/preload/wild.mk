@@ -1,5 +1,5 @@
 # wild.mk - ways memory changes under a registration behind the program's back
-# (test/wild/*.c). Each program registers, deregisters, changes the memory, registers
+# (test/preload/test_wild_*.c). Each program registers, deregisters, changes the memory, registers
 # again and checks where a write lands, and runs in every `make test`:
 # - fork, ucx (and ucx_linked, when UCX is installed): preloaded, preloaded with the
 #   userfaultfd source, and without the preload;
@@ -10,7 +10,7 @@
 # there, reported as TODO.
 WILD_THREE := fork ucx
 WILD_FIVE := hugetlb files advice shmdt shared uring
-WILD_HDRS := test/wild/wild.h test/preload/ucm_watch.h test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h
+WILD_HDRS := test/preload/wild.h test/preload/ucm_watch.h test/lib/common.h test/preload/stale.h test/lib/rdma_loop.h test/lib/check.h
 WILD_ENV := LD_LIBRARY_PATH=$(SNIC_DIR) MRCACHE_STATS=off
 WILD_PRELOAD := LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB))
 WILD_TIMEOUT := timeout 300
@@ -18,14 +18,14 @@ WILD_UFFD := MRCACHE_MONITOR=patch,preload,uffd
 # libucs linked into the program, when UCX is installed (libucx0 has no dev symlink).
 WILD_UCS_SO := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libucs.so.0 /usr/lib64/libucs.so.0 /usr/lib/libucs.so.0))
 
-$(BUILD)/test/test_wild_%: test/wild/test_wild_%.c $(WILD_HDRS) $(SNIC_DEPS)
+$(BUILD)/test/test_wild_%: test/preload/test_wild_%.c $(WILD_HDRS) $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload -Itest/wild $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread -luring
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread -luring
 
 ifneq ($(WILD_UCS_SO),)
-$(BUILD)/test/test_wild_ucx_linked: test/wild/test_wild_ucx.c $(WILD_HDRS) $(SNIC_DEPS)
+$(BUILD)/test/test_wild_ucx_linked: test/preload/test_wild_ucx.c $(WILD_HDRS) $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) -DWILD_UCX_LINKED $(SNIC_CFLAGS) -Itest -Itest/preload -Itest/wild $< -o $@ $(LDFLAGS) \
+	$(call say,LD,$@)$(CC) $(CFLAGS) -DWILD_UCX_LINKED $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(LDFLAGS) \
 	    $(SNIC_LINK) -Wl,--no-as-needed $(WILD_UCS_SO) -Wl,--as-needed -ldl -lpthread
 WILD_THREE += ucx_linked
 endif

@@ -8,30 +8,30 @@
 ROUTE_T    := $(BUILD)/test
 ROUTE_LIBS := $(ROUTE_T)/libmrc_lazyfree.so $(ROUTE_T)/libmrc_ownfree.so $(ROUTE_T)/libmrc_early.so
 ROUTE_PROGS := $(ROUTE_T)/test_route $(ROUTE_T)/test_route_lazy $(ROUTE_T)/test_route_ownfree
-ROUTE_SRC_DEPS := test/route/test_route.c test/route/ownfree.c test/route/deny.h test/preload/common.h test/preload/stale.h \
-                  test/check.h $(SNIC_DEPS) $(ROUTE_T)/libmrc_lazyfree.so
+ROUTE_SRC_DEPS := test/preload/test_route.c test/preload/ownfree.c test/preload/deny.h test/lib/common.h test/preload/stale.h \
+                  test/lib/check.h $(SNIC_DEPS) $(ROUTE_T)/libmrc_lazyfree.so
 ROUTE_LINK = $(LDFLAGS) $(SNIC_LINK) -L$(ROUTE_T) -lmrc_lazyfree -Wl,-rpath,'$$ORIGIN' -ldl -lpthread
 
-$(ROUTE_T)/libmrc_lazyfree.so: test/route/lazyfree.c | $(DEPS_STAMP)
+$(ROUTE_T)/libmrc_lazyfree.so: test/preload/lazyfree.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -Wl,-z,lazy
 
-$(ROUTE_T)/libmrc_ownfree.so: test/route/ownfree.c | $(DEPS_STAMP)
+$(ROUTE_T)/libmrc_ownfree.so: test/preload/ownfree.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS)
 
-$(ROUTE_T)/libmrc_early.so: test/route/early.c test/route/deny.h | $(DEPS_STAMP)
+$(ROUTE_T)/libmrc_early.so: test/preload/early.c test/preload/deny.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -lpthread
 
 $(ROUTE_T)/test_route: $(ROUTE_SRC_DEPS)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(ROUTE_LINK)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(ROUTE_LINK)
 
 $(ROUTE_T)/test_route_lazy: $(ROUTE_SRC_DEPS)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(ROUTE_LINK) -Wl,-z,lazy
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(ROUTE_LINK) -Wl,-z,lazy
 
 $(ROUTE_T)/test_route_ownfree: $(ROUTE_SRC_DEPS)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload -DOWN_FREE $< -o $@ $(ROUTE_LINK)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload -DOWN_FREE $< -o $@ $(ROUTE_LINK)
 
 TEST_BINS += $(ROUTE_LIBS) $(ROUTE_PROGS)
-TEST_CMDS += "test/route/test_route.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+TEST_CMDS += "test/preload/test_route.sh $(BUILD) '$(PRELOAD_PREFIX)'"

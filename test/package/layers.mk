@@ -3,4 +3,4 @@
 .PHONY: layers
 layers:
 	@scripts/check-layers.sh src
-TEST_CMDS += "scripts/check-layers.sh src" "test/layers/test_layers.sh"
+TEST_CMDS += "scripts/check-layers.sh src" "test/package/test_layers.sh"

@@ -9,26 +9,26 @@ MON_FAKE := $(BUILD)/test/libmrc_fakepatch.so
 # preload.mk is included after this fragment: its $(PRELOAD) is not defined yet.
 MON_RUN := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off MRCACHE_MALLOC_HOOKS=0
 
-$(MON_BIN): test/monitor/test_monitor_paths.c test/preload/common.h test/preload/stale.h test/check.h $(SNIC_DEPS)
+$(MON_BIN): test/preload/test_monitor_paths.c test/lib/common.h test/preload/stale.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
-$(MON_LIB): test/monitor/bigbss.c | $(DEPS_STAMP)
+$(MON_LIB): test/preload/bigbss.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS)
 
-$(MON_FAKE): test/monitor/fakepatch.c | $(DEPS_STAMP)
+$(MON_FAKE): test/preload/fakepatch.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -ldl
 
-$(BUILD)/test/test_patched_exports: test/monitor/test_patched_exports.c test/preload/common.h test/preload/stale.h \
-                                     test/check.h $(SNIC_DEPS)
+$(BUILD)/test/test_patched_exports: test/preload/test_patched_exports.c test/lib/common.h test/preload/stale.h \
+                                     test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 TEST_BINS += $(MON_BIN) $(MON_LIB) $(MON_FAKE) $(BUILD)/test/test_patched_exports
 TEST_CMDS += "$(MON_RUN) $(MON_BIN) $(abspath $(MON_LIB))"
 TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=patch $(MON_BIN) $(abspath $(MON_LIB))"
 TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=preload MRCACHE_LARGE=1/1 EXPECT_STALE=1 $(MON_BIN) $(abspath $(MON_LIB)) 2>/dev/null"
 TEST_CMDS += "$(MON_RUN) MRCACHE_MONITOR=none MRCACHE_LARGE=1/1 EXPECT_STALE=1 $(MON_BIN) $(abspath $(MON_LIB)) 2>/dev/null"
-TEST_CMDS += "test/monitor/test_patch.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+TEST_CMDS += "test/preload/test_patch.sh $(BUILD) '$(PRELOAD_PREFIX)'"

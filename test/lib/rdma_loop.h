@@ -1,7 +1,7 @@
 /* rdma_loop.h - a loopback RC QP pair on a real verbs device (rxe in the VM): two QPs of
  * one PD, connected to each other through the port's own GID, so an RDMA WRITE posted on
  * qp[0] goes through the provider's whole data path into memory registered in that PD.
- * Header-only, static functions; shared by test/vm/vm_stale_mr.c and test/preload/common.h.
+ * Header-only, static functions; shared by test/vm/vm_stale_mr.c and test/lib/common.h.
  * Calls return 0 or -1 with the reason on stderr; nothing here allocates after open. */
 #ifndef MRC_TEST_RDMA_LOOP_H
 #define MRC_TEST_RDMA_LOOP_H

@@ -2,23 +2,24 @@
 # reference: exit status, return values, errno, data, pinned memory) and with it, in
 # every `make test`. All are always built. The software NIC's failure injector has a test
 # of its own.
-NEVER_SRCS := $(sort $(wildcard test/never/*.c))
-NEVER_BINS := $(patsubst test/never/%.c,$(BUILD)/test/never_%,$(NEVER_SRCS))
+NEVER_SRCS := $(addprefix test/preload/,exit_paths.c rereg_table.c test_dereg_failure.c test_idle_pinned.c \
+                 test_snic_faults.c test_uffd_side_effects.c)
+NEVER_BINS := $(patsubst test/preload/%.c,$(BUILD)/test/never_%,$(NEVER_SRCS))
 NEVER_REF  := LD_LIBRARY_PATH=$(SNIC_DIR) timeout -s KILL 300
 NEVER_PRE  := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off
 NEVER_TMO  := timeout -s KILL 300
 NEVER_UFFD := $(NEVER_PRE) MRCACHE_MONITOR=patch,preload,uffd
 
-$(BUILD)/test/never_%: test/never/%.c test/never/never.h test/preload/common.h test/preload/rdma_loop.h \
-                       test/check.h test/snic/snic.h $(SNIC_DEPS)
+$(BUILD)/test/never_%: test/preload/%.c test/preload/never.h test/lib/common.h test/lib/rdma_loop.h \
+                       test/lib/check.h test/snic/snic.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 TEST_BINS += $(NEVER_BINS)
 TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_snic_faults"
 
 # Exit paths: status or signal as without the cache (a hang meets a 30 s timeout).
-TEST_CMDS += "test/never/test_exit_paths.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+TEST_CMDS += "test/preload/test_exit_paths.sh $(BUILD) '$(PRELOAD_PREFIX)'"
 # Deregistrations the NIC refuses: kept, counted, retried; refused registrations.
 TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_dereg_failure"
 TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_dereg_failure"
@@ -32,8 +33,8 @@ TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_idle_pinned for
 TEST_CMDS += "$(NEVER_REF) $(BUILD)/test/never_test_idle_pinned collapse"
 TEST_CMDS += "$(NEVER_PRE) $(NEVER_TMO) $(BUILD)/test/never_test_idle_pinned collapse"
 # ibv_rereg_mr case by case against libibverbs, with remote registrations cached and not.
-TEST_CMDS += "test/never/test_rereg_table.sh $(BUILD) '$(PRELOAD_PREFIX)'"
-TEST_CMDS += "test/never/test_rereg_table.sh $(BUILD) '$(PRELOAD_PREFIX)' MRCACHE_REMOTE=never"
+TEST_CMDS += "test/preload/test_rereg_table.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+TEST_CMDS += "test/preload/test_rereg_table.sh $(BUILD) '$(PRELOAD_PREFIX)' MRCACHE_REMOTE=never"
 # The userfaultfd source's side effects.
 NEVER_UFFD_MODES := vma rereg mremap own_uffd close_range close_range_unmap
 TEST_CMDS += $(foreach m,$(NEVER_UFFD_MODES),"$(NEVER_REF) $(BUILD)/test/never_test_uffd_side_effects $(m)")

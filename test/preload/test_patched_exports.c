@@ -1,5 +1,5 @@
 /* test_patched_exports.c - another library overwriting libmrcache's own exported munmap
- * after the cache is in use (test/monitor/libmrc_fakepatch.so with FAKEPATCH_TARGET=name,
+ * after the cache is in use (test/preload/libmrc_fakepatch.so with FAKEPATCH_TARGET=name,
  * loaded with dlopen as a transport plugin would be): the program's munmap through its
  * PLT must still invalidate. With FAKEPATCH_PROTECT=raw the patcher changes the page's
  * protection with the system call, so only the registration path's look at the entry
