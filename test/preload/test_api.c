@@ -453,7 +453,7 @@ static void test_absent_program_still_works(void)
 }
 
 /* auto under a sanitizer (patching stands aside): the userfaultfd source joins and sees
- * raw remaps itself, so the API's invalidation has nothing left to do (test/uffd). */
+ * raw remaps itself, so the API's invalidation has nothing left to do (test_uffd.c). */
 static int uffd_sees_raw_remaps(void)
 {
     int m = mrcache_monitors();

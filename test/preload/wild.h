@@ -1,8 +1,8 @@
-/* wild.h - what the test/wild programs share: a run that can end in SKIP from inside the
- * test (the change it needs did not happen here: no huge pages, a mode the file system
- * lacks), the register / change / register-again steps of every test, the physical frame
- * behind an address, and huge pages reserved for the run and given back at its end.
- * Header-only, over test/preload/stale.h. */
+/* wild.h - what the wild programs (test_wild_*.c) share: a run that can end in SKIP from
+ * inside the test (the change it needs did not happen here: no huge pages, a mode the file
+ * system lacks), the register / change / register-again steps of every test, the physical
+ * frame behind an address, and huge pages reserved for the run and given back at its end.
+ * Header-only, over stale.h. */
 #ifndef MRC_WILD_H
 #define MRC_WILD_H
 
