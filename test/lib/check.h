@@ -1,8 +1,10 @@
 /* check.h - the one test helper: CHECK records a failed condition, RUN runs a test
  * function and prints "ok - name", "not ok - name" or "ok - name # SKIP why"
  * (scripts/run-tests.sh counts these lines). A test binary's exit status is 1 if any test failed.
- * Also what a test needs of the machine (a capability, room under RLIMIT_MEMLOCK), for
- * its reason to skip. Header-only. */
+ * Every failed CHECK is reported once: in its test's line, or, made outside a test (in
+ * main's set-up, between tests, after the last one, at exit), in a "not ok" line of its
+ * own. Also what a test needs of the machine (a capability, room under RLIMIT_MEMLOCK),
+ * for its reason to skip. Header-only. */
 #ifndef MRC_TEST_CHECK_H
 #define MRC_TEST_CHECK_H
 
@@ -33,16 +35,50 @@
 #define CHECK_NO_UNROLL _Pragma("GCC unroll 1")
 #endif
 
-static int check_failures;      /* failed CHECKs in the running test */
+static int check_failures;      /* failed CHECKs not reported yet: the running test's */
 static int check_tests_failed;  /* tests with at least one failed CHECK */
 static const char *check_skip_why;  /* set by SKIP_TEST in the running test */
+static const char *check_last_test; /* the last test reported, to place a failure outside one */
+/* Run inside each test after its body (a fixture's own checks of what the test left). */
+static void (*check_after_test)(void);
+
+/* Failed CHECKs since the last report, made outside any test: one "not ok" line that
+ * says where (the CHECK lines on stderr say what). */
+static inline void check_report_outside(void)
+{
+    if (!check_failures)
+        return;
+    fflush(stderr);
+    check_tests_failed++;
+    printf("not ok - outside_a_test: %d failed CHECK(s) %s%s\n", check_failures,
+           check_last_test ? "after " : "before the first test", check_last_test ? check_last_test : "");
+    fflush(stdout);
+    check_failures = 0;
+}
+
+/* At exit, what nothing reported (a program that returns from main without CHECK_EXIT,
+ * as after a SKIP, or a CHECK in an exit handler). */
+static void check_exit_report(void)
+{
+    check_report_outside();
+}
+
+static inline void check_failed(void)
+{
+    static int armed;
+
+    if (!check_failures++ && !armed) {
+        armed = 1;
+        atexit(check_exit_report);
+    }
+}
 
 #define CHECK(cond)                                                            \
     do {                                                                       \
         if (!(cond)) {                                                         \
             fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,   \
                     #cond);                                                    \
-            check_failures++;                                                  \
+            check_failed();                                                    \
         }                                                                      \
     } while (0)
 
@@ -54,7 +90,7 @@ static const char *check_skip_why;  /* set by SKIP_TEST in the running test */
                     #cond);                                                    \
             fprintf(stderr, __VA_ARGS__);                                      \
             fputc('\n', stderr);                                               \
-            check_failures++;                                                  \
+            check_failed();                                                    \
         }                                                                      \
     } while (0)
 
@@ -93,11 +129,9 @@ __attribute__((format(printf, 1, 2), unused)) static void check_skipf(const char
     check_skip_why = check_skip_buf;
 }
 
-static inline void check_run(const char *name, void (*fn)(void))
+/* The verdict of test name on the CHECKs since the last report (and its SKIP_TEST). */
+static inline void check_report(const char *name)
 {
-    check_failures = 0;
-    check_skip_why = NULL;
-    fn();
     fflush(stderr);
     if (check_failures) {
         check_tests_failed++;
@@ -108,6 +142,25 @@ static inline void check_run(const char *name, void (*fn)(void))
         printf("ok - %s\n", name);
     }
     fflush(stdout);
+    check_failures = 0;
+    check_skip_why = NULL;
+    check_last_test = name;
+}
+
+/* Before a test: what failed outside one is reported first, never counted as its. */
+static inline void check_begin(void)
+{
+    check_report_outside();
+    check_skip_why = NULL;
+}
+
+static inline void check_run(const char *name, void (*fn)(void))
+{
+    check_begin();
+    fn();
+    if (check_after_test)
+        check_after_test();
+    check_report(name);
 }
 
 /* A test that cannot run here says so; it counts as skipped, never as passed. */
@@ -230,6 +283,10 @@ static inline const char *check_memlock_short(unsigned long long bytes)
 }
 
 #define RUN(fn) check_run(#fn, fn)
-#define CHECK_EXIT() return check_tests_failed ? 1 : 0
+#define CHECK_EXIT()                                                           \
+    do {                                                                       \
+        check_report_outside();                                                \
+        return check_tests_failed ? 1 : 0;                                     \
+    } while (0)
 
 #endif

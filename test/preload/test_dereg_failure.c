@@ -273,9 +273,9 @@ static struct released exit_r;
 static void check_at_exit(void)
 {
     CHECKF(!never_key_alive(exit_r.lkey, exit_r.buf), "the refused MR is still registered at exit");
-    printf("%s - test_refused_dereg_retried_at_exit\n", check_failures ? "not ok" : "ok");
-    fflush(stdout);
-    if (check_failures)
+    int failed = check_failures != 0;
+    check_report("test_refused_dereg_retried_at_exit");
+    if (failed)
         _exit(1);
 }
 

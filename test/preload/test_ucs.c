@@ -106,8 +106,7 @@ int main(void)
             check_skip("test_ucs", "libucs.so.0 not installed (scripts/install-deps.sh installs libucx0)");
             return 0;
         }
-        printf("%s - test_late_library_loaded\n", check_failures ? "not ok" : "ok");
-        check_tests_failed += check_failures != 0;
+        check_report("test_late_library_loaded");
     }
     if (check_tests_failed)
         CHECK_EXIT();

@@ -361,8 +361,7 @@ static char *exit_buf, *churn_buf;
 static void unmap_at_exit(void)
 {
     CHECK(syscall(SYS_munmap, exit_buf, LEN) == 0);
-    printf("%s - unmap_after_libmrcache_exit_handler\n", check_failures ? "not ok" : "ok");
-    fflush(stdout);
+    check_report("unmap_after_libmrcache_exit_handler");
 }
 
 static void *discard_forever(void *arg)

@@ -66,26 +66,25 @@ static inline int wild_shared_cached(void)
  * known limit. */
 static inline void wild_run(const char *name, void (*fn)(void))
 {
+    check_begin();
     new_pd();
-    check_skip_why = NULL;
     wild_todo_why[0] = 0;
     wild_todo_at = 0;
-    check_failures = 0;
     fn();
+    if (check_after_test)
+        check_after_test();
     fflush(stderr);
     if (wild_todo_why[0] && !wild_todo_at && check_failures) {
         printf("not ok - %s # TODO %s\n", name, wild_todo_why);
-    } else if (check_failures) {
-        check_tests_failed++;
-        printf("not ok - %s\n", name);
-    } else if (wild_todo_why[0] && !check_skip_why) {
+    } else if (wild_todo_why[0] && !check_failures && !check_skip_why) {
         printf("ok - %s # TODO %s\n", name, wild_todo_why);
-    } else if (check_skip_why) {
-        check_skip(name, check_skip_why);
     } else {
-        printf("ok - %s\n", name);
+        check_report(name);
+        return;
     }
     fflush(stdout);
+    check_failures = 0;
+    check_last_test = name;
 }
 #define WILD_RUN(fn) wild_run(#fn, fn)
 
