@@ -52,8 +52,7 @@ static void pd_after_test(void)
 
 static inline void new_pd(void)
 {
-    release_pd();
-    alloc_pd();
+    pd_after_test();
     check_after_test = pd_after_test;
 }
 
