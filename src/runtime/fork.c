@@ -17,7 +17,7 @@
 #include "monitor/glibc_heap.h"
 #include "monitor/maps.h"
 #include "monitor/uffd.h"
-#include "runtime/drainer.h"
+#include "runtime/helper.h"
 #include "runtime/live.h"
 #include "runtime/route.h"
 #include "runtime/runtime.h"
@@ -51,7 +51,7 @@ void mrc_rt_before_fork(void)
         mrc_real.is_fork_initialized() == IBV_FORK_ENABLED)
         mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
     else
-        mrc_rt_idle_before_fork();
+        mrc_rt_unpin_before_fork();
     errno = saved;
 }
 
@@ -79,7 +79,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     mrc_verbs_fork_child(&mrc_rt.verbs);
-    mrc_drainer_forget();
+    mrc_helper_forget();
     mrc_live_forget();
     mrc_uffd_child_reset();
     mrc_maps_child_reset();

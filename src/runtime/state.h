@@ -70,8 +70,8 @@ void mrc_rt_expire_due(void);
 void mrc_rt_warn_setup(struct mrc_cache_params *p);
 void mrc_rt_warn_first_registration(void);
 
-/* MRCACHE_FORK's release of idle registrations before a fork (idle.c). */
-void mrc_rt_idle_before_fork(void);
+/* MRCACHE_FORK's release of idle registrations before a fork (unpin.c). */
+void mrc_rt_unpin_before_fork(void);
 
 /* Maps the mark page and installs the atfork handlers. From init. */
 void mrc_rt_fork_init(void);

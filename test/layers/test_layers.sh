@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_layers.sh - the layer check must pass on the tree and fail on each kind of planted
 # break, in a scratch copy of src/: an include from a layer above (the cache core
-# reaching into the runtime), a folder that is no layer, verbs in the cache core.
+# reaching into the runtime), a folder that is no layer, verbs in the cache core, the
+# program including a hook's header.
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -32,3 +33,7 @@ expect_refused layers_unknown_folder_fails "$tmp/folder" "folder 'misc' is not a
 plant verbs
 sed -i '0,/#include <errno.h>/s//#include <errno.h>\n#include <infiniband\/verbs.h>/' "$tmp/verbs/core/cache.c"
 expect_refused layers_verbs_in_core_fails "$tmp/verbs" 'core/cache.c: the cache core includes verbs'
+
+plant program
+sed -i '0,/#include "program\/top.h"/s//#include "program\/top.h"\n#include "interpose\/hooks.h"/' "$tmp/program/program/main.c"
+expect_refused layers_program_beside_hooks_fails "$tmp/program" 'program/main.c:[0-9]*: includes "interpose/hooks.h": interpose stands beside program'

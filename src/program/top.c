@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "interpose/top.h"
+#include "program/top.h"
 #include "runtime/live.h"
 #include "util/clock.h"
 #include "util/log.h"
