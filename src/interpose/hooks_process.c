@@ -3,7 +3,6 @@
  * forks. posix_spawn and system do not come here: they exec at once, so what the child
  * inherits does not matter; _Fork, clone and syscall(SYS_fork) do not either. */
 #include <errno.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "interpose/export.h"

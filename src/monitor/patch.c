@@ -1,7 +1,7 @@
 /* patch.c - the 'patch' source's entry points: libc's munmap, mmap, mremap, madvise,
  * shmat, shmdt, brk (sbrk calls brk directly) and ld.so's private munmap, whose first 13
  * bytes become "movabs $hook, %r11; jmp *%r11" (patch_x86.c). The hooks run unmap.c's
- * logic, whose mrc_real pointers then make the system call inline (patch_sys.c): the
+ * logic, whose mrc_real pointers then make the system call inline (util/sys.h): the
  * original code never runs again. A later patcher's jump is chained in patch_chain.c;
  * the start-up self-test is patch_selftest.c.
  * Invariants: a function is patched at start-up only if its first bytes are the
@@ -18,11 +18,11 @@
 
 #include "monitor/patch.h"
 #include "monitor/patch_priv.h"
-#include "monitor/patch_sys.h"
 #include "monitor/patch_x86.h"
 #include "monitor/unmap.h"
 #include "util/log.h"
 #include "util/real.h"
+#include "util/sys.h"
 
 /* ---- the hooks the jumps land in; the self-test's probe sees each arrival ---- */
 

@@ -17,12 +17,12 @@
 
 #include "monitor/patch.h"
 #include "monitor/patch_priv.h"
-#include "monitor/patch_sys.h"
 #include "monitor/patch_x86.h"
 #include "monitor/unmap.h"
 #include "util/hot.h"
 #include "util/log.h"
 #include "util/real.h"
+#include "util/sys.h"
 
 /* What our "original" path calls once an entry point is chained. */
 static void *orig_of[MRC_PATCH_NFN];

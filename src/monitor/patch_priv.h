@@ -18,7 +18,7 @@ struct mrc_patch_target {
     const char *shape;      /* the first bytes, which the jump replaces and more */
     void *hook;             /* where the jump lands */
     void **real;            /* mrc_real's pointer, redirected to the direct call */
-    void *sys;              /* the direct call (patch_sys.c) */
+    void *sys;              /* the direct call (util/sys.h) */
 };
 
 extern const struct mrc_patch_target mrc_patch_targets[MRC_FN_COUNT];

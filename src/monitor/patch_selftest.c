@@ -15,9 +15,9 @@
 #include "monitor/glibc_heap.h"
 #include "monitor/patch.h"
 #include "monitor/patch_priv.h"
-#include "monitor/patch_sys.h"
 #include "monitor/unmap.h"
 #include "util/log.h"
+#include "util/sys.h"
 #include "util/thread.h"
 
 extern void *__libc_malloc(size_t);

@@ -10,7 +10,6 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "backend/odp.h"
@@ -24,8 +23,8 @@
 #include "runtime/state.h"
 #include "util/callsite.h"
 #include "util/log.h"
-#include "util/rawmem.h"
 #include "util/real.h"
+#include "util/sys.h"
 #include "util/thread.h"
 
 #ifndef MADV_WIPEONFORK
@@ -104,7 +103,7 @@ void mrc_rt_child_detected(void)
 void mrc_rt_fork_init(void)
 {
     uint32_t *page = mrc_raw_map(4096, 0);
-    if (page && syscall(SYS_madvise, page, 4096, MADV_WIPEONFORK) == 0) {
+    if (page && mrc_sys_madvise(page, 4096, MADV_WIPEONFORK) == 0) {
         page[0] = 1;
         __atomic_store_n(&mrc_rt_mark, page, __ATOMIC_RELEASE);
     } else {

@@ -21,7 +21,6 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +28,7 @@
 #include "runtime/live.h"
 #include "runtime/state.h"
 #include "util/log.h"
+#include "util/sys.h"
 #include "util/thread.h"
 
 /* What the thread is asked to do: a deregistration drain or a refill of the pools'
@@ -75,7 +75,7 @@ static void *helper_main(void *arg)
             if (idle < POLLS) {
                 struct timespec poll = { 0, POLL_NS };
                 idle++;
-                syscall(SYS_futex, wake_word, FUTEX_WAIT, 0, &poll, NULL, 0);
+                mrc_sys_futex(wake_word, FUTEX_WAIT, 0, &poll);
                 continue;
             }
             /* Stop polling before the last look (the futex's own test of the word): a
@@ -84,7 +84,7 @@ static void *helper_main(void *arg)
             __atomic_store_n(&polling, 0, __ATOMIC_SEQ_CST);
             if (!mrc_thread_main_left()) {
                 struct timespec sweep;
-                syscall(SYS_futex, wake_word, FUTEX_WAIT, 0, mrc_rt_expire_wait(&sweep), NULL, 0);
+                mrc_sys_futex(wake_word, FUTEX_WAIT, 0, mrc_rt_expire_wait(&sweep));
                 continue;
             }
             if (mrc_thread_only_helpers()) {
@@ -92,7 +92,7 @@ static void *helper_main(void *arg)
                 return NULL;
             }
             struct timespec watch = { 0, WATCH_NS };
-            syscall(SYS_futex, wake_word, FUTEX_WAIT, 0, &watch, NULL, 0);
+            mrc_sys_futex(wake_word, FUTEX_WAIT, 0, &watch);
         }
         if (w & WAKE_REFILL) {
             __atomic_store_n(&polling, 1, __ATOMIC_SEQ_CST);
@@ -135,7 +135,7 @@ static void wake(uint32_t what)
         __atomic_load_n(&polling, __ATOMIC_SEQ_CST))
         return;
     int saved = errno;
-    syscall(SYS_futex, wake_word, FUTEX_WAKE, 1, NULL, NULL, 0);
+    mrc_sys_futex(wake_word, FUTEX_WAKE, 1, NULL);
     errno = saved;
 }
 
