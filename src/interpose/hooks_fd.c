@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "interpose/hooks.h"
 #include "monitor/uffd.h"
 #include "util/real.h"
 #include "util/sys.h"
@@ -77,3 +78,5 @@ MRC_EXPORT int ioctl(int fd, unsigned long request, ...)
         return mrc_uffd_register_ioctl(fd, arg);
     return real ? real(fd, request, arg) : mrc_sys_ioctl(fd, request, arg);
 }
+
+MRC_OWN_ALL(MRC_FNS_FD)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "interpose/hooks.h"
 #include "monitor/files.h"
 #include "util/real.h"
 #include "util/sys.h"
@@ -284,3 +285,5 @@ MRC_EXPORT int fallocate64(int fd, int mode, off64_t off, off64_t len)
     TRUNCATION(mrc_file_begin_fallocate(&op_, fd, mode, (uint64_t)off, (uint64_t)len),
                mrc_real.fallocate64(fd, mode, off, len), fd);
 }
+
+MRC_OWN_ALL(MRC_FNS_FILE)

@@ -125,12 +125,4 @@ MRC_EXPORT void *sbrk(intptr_t incr)
     }
     return mrc_on_sbrk(incr);
 }
-MRC_OWN(munmap, mrc_own_munmap);
-MRC_OWN(mmap, mrc_own_mmap);
-MRC_OWN(mmap64, mrc_own_mmap64);
-MRC_OWN(mremap, mrc_own_mremap);
-MRC_OWN(madvise, mrc_own_madvise);
-MRC_OWN(shmat, mrc_own_shmat);
-MRC_OWN(shmdt, mrc_own_shmdt);
-MRC_OWN(brk, mrc_own_brk);
-MRC_OWN(sbrk, mrc_own_sbrk);
+MRC_OWN_ALL(MRC_FNS_MEM)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "interpose/hooks.h"
 #include "monitor/patch.h"
 #include "util/real.h"
 #include "util/sys.h"
@@ -25,3 +26,5 @@ MRC_EXPORT int mprotect(void *addr, size_t len, int prot)
     }
     return rc;
 }
+
+MRC_OWN_ALL(MRC_FNS_MPROTECT)

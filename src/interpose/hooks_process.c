@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "interpose/hooks.h"
 #include "runtime/runtime.h"
 #include "util/real.h"
 
@@ -18,3 +19,5 @@ MRC_EXPORT pid_t fork(void)
     mrc_rt_before_fork();
     return mrc_real.fork();
 }
+
+MRC_OWN_ALL(MRC_FNS_PROCESS)

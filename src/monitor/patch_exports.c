@@ -104,12 +104,12 @@ static void *x_sbrk(intptr_t incr)
     VIA_THEIRS(MRC_EXPORT_SBRK, mrc_on_sbrk(incr));
 }
 
-static void *const chained_of[MRC_EXPORT_KINDS] = {
-    [MRC_EXPORT_MUNMAP] = (void *)x_munmap, [MRC_EXPORT_MMAP] = (void *)x_mmap,
-    [MRC_EXPORT_MMAP64] = (void *)x_mmap64, [MRC_EXPORT_MREMAP] = (void *)x_mremap,
-    [MRC_EXPORT_MADVISE] = (void *)x_madvise, [MRC_EXPORT_SHMAT] = (void *)x_shmat,
-    [MRC_EXPORT_SHMDT] = (void *)x_shmdt, [MRC_EXPORT_BRK] = (void *)x_brk, [MRC_EXPORT_SBRK] = (void *)x_sbrk,
-};
+/* x_<id> for each of the table's CHAIN rows. */
+#define CHAINED_NOGUARD(id)
+#define CHAINED_GUARD(id)
+#define CHAINED_CHAIN(id, kind) [MRC_EXPORT_##kind] = (void *)x_##id,
+#define CHAINED(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(CHAINED_, guard, id)
+static void *const chained_of[MRC_EXPORT_KINDS] = { MRC_FNS(CHAINED) };
 
 /* ---- what each export looked like when built ---- */
 

@@ -14,14 +14,16 @@
 
 #include "monitor/maps.h"
 #include "monitor/sink.h"
+#include "util/interposed.h"
 
 struct iovec;
 
-/* The entry points a source can watch; bit (1u << MRC_FN_x) in mrc_monitor.patched. */
-enum mrc_fn {
-    MRC_FN_MUNMAP, MRC_FN_MMAP, MRC_FN_MREMAP, MRC_FN_MADVISE, MRC_FN_SHMAT, MRC_FN_SHMDT,
-    MRC_FN_BRK, MRC_FN_LDSO_MUNMAP, MRC_FN_COUNT
-};
+/* The entry points a source can watch, the table's patched rows (util/interposed.h); bit
+ * (1u << MRC_FN_x) in mrc_monitor.patched. */
+#define MRC_FN_ENUM_NOPATCH(id)
+#define MRC_FN_ENUM_SYSCALL(id, ID, sys, shape, follow, label, lost) MRC_FN_##ID,
+#define MRC_FN_ENUM(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(MRC_FN_ENUM_, patch, id)
+enum mrc_fn { MRC_FNS(MRC_FN_ENUM) MRC_FN_COUNT };
 
 /* What every source of the monitor layer shares, set once by mrc_monitor_init (the
  * patched bits by patch.c). */

@@ -9,7 +9,9 @@
  * point's mrc_real pointer must reach the kernel directly (monitor/patch.c).
  * The one deliberate exception is free: what libmrcache had from the allocator goes back
  * through the PLT to the exported free, so that a free of ours that trims the heap (or
- * gives back an mmapped chunk) passes the allocator hooks like the program's own. */
+ * gives back an mmapped chunk) passes the allocator hooks like the program's own. The
+ * table of interposed functions (interposed.h) marks it so, and `make layers` refuses a
+ * PLT call of any other interposed function (scripts/check-layers.sh). */
 #ifndef MRC_SYS_H
 #define MRC_SYS_H
 
