@@ -76,6 +76,11 @@ void mrc_rt_unpin_before_fork(void);
 /* Maps the mark page and installs the atfork handlers. From init. */
 void mrc_rt_fork_init(void);
 
+/* Whether rdma-core's fork-safe mode is in effect (fork.c): registrations then mark their
+ * ranges MADV_DONTFORK, so idle cached ones must go before a fork. *asked (if asked) is
+ * the variable that asks for it (RDMAV_FORK_SAFE, IBV_FORK_SAFE), or NULL. Outside hooks. */
+int mrc_rt_fork_safe(const char **asked);
+
 /* Which unmap sources are active, as the statistics name them ("patch+preload+malloc"). */
 const char *mrc_rt_monitor_name(void);
 
