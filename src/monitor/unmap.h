@@ -15,6 +15,7 @@
 #include "monitor/maps.h"
 #include "monitor/sink.h"
 #include "util/interposed.h"
+#include "util/sys.h"       /* MRC_MREMAP_NEW_ADDR */
 
 struct iovec;
 
@@ -48,26 +49,9 @@ extern struct mrc_monitor mrc_monitor;
 /* Wires the monitors to their sink. At start-up, before any source is installed. */
 void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int preload);
 
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4   /* Linux 5.7; older headers lack it */
-#endif
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25     /* Linux 6.1 */
 #endif
-
-/* Sets out to mremap's optional fifth argument (the new address), read as glibc reads it:
- * for both flags that take one. A macro because va_start must be in the variadic
- * function itself. */
-#define MRC_MREMAP_NEW_ADDR(flags, out)                       \
-    do {                                                      \
-        (out) = NULL;                                         \
-        if ((flags) & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {    \
-            va_list mrc_ap_;                                  \
-            va_start(mrc_ap_, flags);                         \
-            (out) = va_arg(mrc_ap_, void *);                  \
-            va_end(mrc_ap_);                                  \
-        }                                                     \
-    } while (0)
 
 /* The next mrc_on_* call of this thread ends in fn instead of libc's function (a chained
  * export: the other library's hook). */

@@ -3,16 +3,11 @@
  * libmrcache, so no hook, ours or another library's, ever sees libmrcache's own calls. */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "util/sys.h"
-
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4   /* Linux 5.7; older headers lack it */
-#endif
 
 #if defined(__x86_64__)
 static inline long sc6(long n, long a, long b, long c, long d, long e, long f)
@@ -67,13 +62,8 @@ int mrc_sys_munmap(void *addr, size_t len)
 
 void *mrc_sys_mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
 {
-    void *new_addr = NULL;
-    if (flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {
-        va_list ap;
-        va_start(ap, flags);
-        new_addr = va_arg(ap, void *);
-        va_end(ap);
-    }
+    void *new_addr;
+    MRC_MREMAP_NEW_ADDR(flags, new_addr);
     return (void *)CALL(SYS_mremap, old, old_size, new_size, flags, new_addr, 0);
 }
 

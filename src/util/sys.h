@@ -15,6 +15,7 @@
 #ifndef MRC_SYS_H
 #define MRC_SYS_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -28,8 +29,25 @@ struct timespec;
 /* ---- memory ---- */
 void *mrc_sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 int mrc_sys_munmap(void *addr, size_t len);
-/* Reads mremap's optional fifth argument (the new address) as glibc does. */
 void *mrc_sys_mremap(void *old, size_t old_size, size_t new_size, int flags, ...);
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4   /* Linux 5.7; older headers lack it */
+#endif
+/* Sets out to mremap's optional fifth argument (the new address), read as glibc reads it:
+ * for both flags that take one. A macro because va_start must be in the variadic
+ * function itself. */
+#define MRC_MREMAP_NEW_ADDR(flags, out)                       \
+    do {                                                      \
+        (out) = NULL;                                         \
+        if ((flags) & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {    \
+            va_list mrc_ap_;                                  \
+            va_start(mrc_ap_, flags);                         \
+            (out) = va_arg(mrc_ap_, void *);                  \
+            va_end(mrc_ap_);                                  \
+        }                                                     \
+    } while (0)
+
 int mrc_sys_madvise(void *addr, size_t len, int advice);
 int mrc_sys_mprotect(void *addr, size_t len, int prot);
 ssize_t mrc_sys_process_madvise(int pidfd, const struct iovec *iov, size_t n, int advice, unsigned flags);
