@@ -73,7 +73,8 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 LIB_SRCS := $(sort $(wildcard src/*/*.c))
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 # The cache core and what it uses: linked into unit tests with no verbs and no hooks.
-CORE_SRCS := $(sort $(wildcard src/core/*.c)) src/util/clock.c src/util/log.c src/util/pool.c src/util/stats.c
+CORE_SRCS := $(sort $(wildcard src/core/*.c)) src/util/clock.c src/util/log.c src/util/pool.c src/util/stats.c \
+             src/util/sys.c
 CORE_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(CORE_SRCS))
 
 TEST_BINS :=

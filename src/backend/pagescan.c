@@ -14,6 +14,7 @@
 
 #include "backend/pagescan.h"
 #include "util/range.h"
+#include "util/sys.h"
 
 /* linux/fs.h of Linux 6.7 (the build's headers may be older; the ABI is fixed). */
 struct mrc_page_region {
@@ -86,7 +87,7 @@ int mrc_pagescan(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg)
     if (__atomic_load_n(&scan_missing, __ATOMIC_RELAXED))
         return -EOPNOTSUPP;
     whole_pages(&start, &end);
-    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    int fd = mrc_sys_open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     struct mrc_page_region vec[SCAN_VEC];
@@ -101,7 +102,7 @@ int mrc_pagescan(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg)
             .category_anyof_mask = MRC_PAGE_IS_PRESENT | MRC_PAGE_IS_SWAPPED,
             .return_mask = MRC_PAGE_IS_PRESENT | MRC_PAGE_IS_SWAPPED | MRC_PAGE_IS_HUGE,
         };
-        int n = ioctl(fd, MRC_PAGEMAP_SCAN, &a);
+        int n = mrc_sys_ioctl(fd, MRC_PAGEMAP_SCAN, &a);
         if (n < 0) {
             rc = -errno;
             if (rc == -ENOTTY) {
@@ -117,7 +118,7 @@ int mrc_pagescan(uint64_t start, uint64_t end, mrc_pagescan_fn fn, void *arg)
             break;
         start = a.walk_end;
     }
-    close(fd);
+    mrc_sys_close(fd);
     return rc;
 }
 

@@ -9,11 +9,11 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "backend/pagescan.h"
 #include "backend/prepare.h"
+#include "util/sys.h"
 
 #define MAX_THREADS 64
 #define STACK_SIZE (64u << 10)
@@ -31,7 +31,7 @@ static void *share_run(void *arg)
     struct share *sh = arg;
     sh->rc = 0;
     if (sh->end > sh->start &&
-        syscall(SYS_madvise, (void *)(uintptr_t)sh->start, (size_t)(sh->end - sh->start), sh->advice) != 0)
+        mrc_sys_madvise((void *)(uintptr_t)sh->start, (size_t)(sh->end - sh->start), sh->advice) != 0)
         sh->rc = -errno;
     return NULL;
 }
@@ -42,7 +42,7 @@ static int advice_unknown(void)
 {
     char here;
     uintptr_t page = (uintptr_t)&here & ~(uintptr_t)4095;
-    return syscall(SYS_madvise, (void *)page, (size_t)4096, MADV_POPULATE_READ) != 0 && errno == EINVAL;
+    return mrc_sys_madvise((void *)page, (size_t)4096, MADV_POPULATE_READ) != 0 && errno == EINVAL;
 }
 
 int mrc_populate(uint64_t start, uint64_t end, int writable, unsigned threads)

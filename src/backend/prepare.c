@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "backend/pagescan.h"
@@ -22,6 +21,7 @@
 #include "util/hot.h"
 #include "util/log.h"
 #include "util/stats.h"
+#include "util/sys.h"
 
 static struct mrc_prepare_params prm;
 static int thp_never;   /* THP disabled system-wide: MADV_HUGEPAGE would change nothing */
@@ -36,11 +36,11 @@ static int thp_never;   /* THP disabled system-wide: MADV_HUGEPAGE would change 
 static int thp_disabled(void)
 {
     char buf[128];
-    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    int fd = mrc_sys_open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return 1;   /* a kernel without THP */
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
+    ssize_t n = mrc_sys_read(fd, buf, sizeof(buf) - 1);
+    mrc_sys_close(fd);
     if (n <= 0)
         return 1;
     buf[n] = 0;
@@ -80,7 +80,7 @@ struct walk {
 
 static long raw_madvise(uint64_t s, uint64_t e, int advice)
 {
-    return syscall(SYS_madvise, (void *)(uintptr_t)s, (size_t)(e - s), advice);
+    return mrc_sys_madvise((void *)(uintptr_t)s, (size_t)(e - s), advice);
 }
 
 static void run_flush(struct walk *w)

@@ -19,7 +19,7 @@
 #include "core/cache_priv.h"
 #include "util/clock.h"
 #include "util/hot.h"
-#include "util/rawmem.h"
+#include "util/sys.h"
 
 #define HINTS 64   /* per thread: 32 sets of 2 (a set on one cache line), by the request's first page */
 #define SHARED_SETS (1u << 15)   /* the cache's shared hints: 32k sets of 2, 1 MiB mapped */

@@ -1,7 +1,9 @@
-/* hooks.h - what the interposition layer's files share: second, hidden names for the
- * exports the unmap path relies on (their addresses are our own code, whatever the names
- * resolve to), for the constructor to hand to the runtime: which PLT slots hold our free,
- * which entry points the patch source must watch. */
+/* hooks.h - what the interposition layer's files share: a second, hidden name for each
+ * export the table of interposed functions guards (util/interposed.h), mrc_own_<id>,
+ * whose address is our own code whatever the exported name resolves to, for the
+ * constructor to hand to the runtime (which PLT slots hold our free, which entry points
+ * the patch source must watch). Each hooks_*.c file ends with the aliases of its rows:
+ * MRC_OWN_ALL(its group's list). */
 #ifndef MRC_HOOKS_H
 #define MRC_HOOKS_H
 
@@ -12,23 +14,20 @@
 #include <sys/shm.h>
 #include <unistd.h>
 
-void mrc_hooks_free(void *p);
-int mrc_own_munmap(void *addr, size_t len);
-void *mrc_own_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
-void *mrc_own_mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off);
-void *mrc_own_mremap(void *old, size_t old_size, size_t new_size, int flags, ...);
-int mrc_own_madvise(void *addr, size_t len, int advice);
-void *mrc_own_shmat(int id, const void *addr, int flags);
-int mrc_own_shmdt(const void *addr);
-int mrc_own_brk(void *addr);
-void *mrc_own_sbrk(intptr_t incr);
-void *mrc_own_realloc(void *p, size_t n);
-void *mrc_own_reallocarray(void *p, size_t n, size_t size);
-int mrc_own_posix_memalign(void **out, size_t align, size_t size);
-void *mrc_own_aligned_alloc(size_t align, size_t size);
-void *mrc_own_memalign(size_t align, size_t size);
-void *mrc_own_valloc(size_t size);
-void *mrc_own_pvalloc(size_t size);
-int mrc_own_malloc_trim(size_t pad);
+#include "interpose/export.h"
+#include "util/interposed.h"
+
+#define MRC_OWN_DECL_NOGUARD(ret, id, params)
+#define MRC_OWN_DECL_GUARD(ret, id, params) ret mrc_own_##id params;
+#define MRC_OWN_DECL_CHAIN(ret, id, params, kind) ret mrc_own_##id params;
+#define MRC_OWN_DECL(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(MRC_OWN_DECL_, guard, ret, id, params)
+MRC_FNS(MRC_OWN_DECL)
+
+/* The aliases of one group's rows (MRC_FNS_MEM, ...), after the exports they name. */
+#define MRC_OWN_DEF_NOGUARD(sym, id)
+#define MRC_OWN_DEF_GUARD(sym, id) MRC_OWN(sym, mrc_own_##id);
+#define MRC_OWN_DEF_CHAIN(sym, id, kind) MRC_OWN(sym, mrc_own_##id);
+#define MRC_OWN_DEF(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(MRC_OWN_DEF_, guard, sym, id)
+#define MRC_OWN_ALL(group) group(MRC_OWN_DEF)
 
 #endif

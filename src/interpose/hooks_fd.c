@@ -7,12 +7,13 @@
 #include <linux/userfaultfd.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "interpose/hooks.h"
 #include "monitor/uffd.h"
 #include "util/real.h"
+#include "util/sys.h"
 
 /* Ours, or -1. With none, the compares below still send close(-1), dup2 or dup3 onto
  * -1 and closefrom of a negative number to the slow path, which then makes the same
@@ -75,5 +76,7 @@ MRC_EXPORT int ioctl(int fd, unsigned long request, ...)
     int (*real)(int, unsigned long, ...) = mrc_real.ioctl;
     if (__builtin_expect(request == UFFDIO_REGISTER, 0))
         return mrc_uffd_register_ioctl(fd, arg);
-    return real ? real(fd, request, arg) : (int)syscall(SYS_ioctl, fd, request, arg);
+    return real ? real(fd, request, arg) : mrc_sys_ioctl(fd, request, arg);
 }
+
+MRC_OWN_ALL(MRC_FNS_FD)

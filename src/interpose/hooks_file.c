@@ -8,12 +8,13 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "interpose/hooks.h"
 #include "monitor/files.h"
 #include "util/real.h"
+#include "util/sys.h"
 
 /* The fortified forms, called for an open whose flags the compiler could not see. */
 int __open_2(const char *path, int flags);
@@ -82,7 +83,7 @@ MRC_EXPORT int open(const char *path, int flags, ...)
     mode_t mode;
     MODE_ARG(flags, mode);
     if (!READY(open))
-        return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+        return mrc_sys_open(path, flags, mode);
     OPEN_CALL(OPEN, mrc_real.open(path, flags, mode), AT_FDCWD, path, flags, mode);
 }
 
@@ -91,7 +92,7 @@ MRC_EXPORT int open64(const char *path, int flags, ...)
     mode_t mode;
     MODE_ARG(flags, mode);
     if (!READY(open64))
-        return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+        return mrc_sys_open(path, flags, mode);
     OPEN_CALL(OPEN64, mrc_real.open64(path, flags, mode), AT_FDCWD, path, flags, mode);
 }
 
@@ -100,7 +101,7 @@ MRC_EXPORT int openat(int dirfd, const char *path, int flags, ...)
     mode_t mode;
     MODE_ARG(flags, mode);
     if (!READY(openat))
-        return (int)syscall(SYS_openat, dirfd, path, flags, mode);
+        return mrc_sys_openat(dirfd, path, flags, mode);
     OPEN_CALL(OPENAT, mrc_real.openat(dirfd, path, flags, mode), dirfd, path, flags, mode);
 }
 
@@ -109,35 +110,35 @@ MRC_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
     mode_t mode;
     MODE_ARG(flags, mode);
     if (!READY(openat64))
-        return (int)syscall(SYS_openat, dirfd, path, flags, mode);
+        return mrc_sys_openat(dirfd, path, flags, mode);
     OPEN_CALL(OPENAT64, mrc_real.openat64(dirfd, path, flags, mode), dirfd, path, flags, mode);
 }
 
 MRC_EXPORT int __open_2(const char *path, int flags)
 {
     if (!READY(open_2))
-        return (int)syscall(SYS_openat, AT_FDCWD, path, flags);
+        return mrc_sys_open(path, flags, 0);
     OPEN_CALL(OPEN_2, mrc_real.open_2(path, flags), AT_FDCWD, path, flags, 0);
 }
 
 MRC_EXPORT int __open64_2(const char *path, int flags)
 {
     if (!READY(open64_2))
-        return (int)syscall(SYS_openat, AT_FDCWD, path, flags);
+        return mrc_sys_open(path, flags, 0);
     OPEN_CALL(OPEN64_2, mrc_real.open64_2(path, flags), AT_FDCWD, path, flags, 0);
 }
 
 MRC_EXPORT int __openat_2(int dirfd, const char *path, int flags)
 {
     if (!READY(openat_2))
-        return (int)syscall(SYS_openat, dirfd, path, flags);
+        return mrc_sys_openat(dirfd, path, flags, 0);
     OPEN_CALL(OPENAT_2, mrc_real.openat_2(dirfd, path, flags), dirfd, path, flags, 0);
 }
 
 MRC_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
 {
     if (!READY(openat64_2))
-        return (int)syscall(SYS_openat, dirfd, path, flags);
+        return mrc_sys_openat(dirfd, path, flags, 0);
     OPEN_CALL(OPENAT64_2, mrc_real.openat64_2(dirfd, path, flags), dirfd, path, flags, 0);
 }
 
@@ -145,14 +146,14 @@ MRC_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
 MRC_EXPORT int creat(const char *path, mode_t mode)
 {
     if (!READY(creat))
-        return (int)syscall(SYS_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode);
+        return mrc_sys_open(path, O_CREAT | O_WRONLY | O_TRUNC, mode);
     return open_truncating(CREAT, AT_FDCWD, path, 0, mode);
 }
 
 MRC_EXPORT int creat64(const char *path, mode_t mode)
 {
     if (!READY(creat64))
-        return (int)syscall(SYS_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode);
+        return mrc_sys_open(path, O_CREAT | O_WRONLY | O_TRUNC, mode);
     return open_truncating(CREAT64, AT_FDCWD, path, 0, mode);
 }
 
@@ -244,35 +245,35 @@ MRC_EXPORT FILE *freopen64(const char *path, const char *mode, FILE *stream)
 MRC_EXPORT int ftruncate(int fd, off_t len)
 {
     if (!READY(ftruncate))
-        return (int)syscall(SYS_ftruncate, fd, len);
+        return mrc_sys_ftruncate(fd, len);
     TRUNCATION(mrc_file_begin_fd(&op_, fd, (uint64_t)len), mrc_real.ftruncate(fd, len), fd);
 }
 
 MRC_EXPORT int ftruncate64(int fd, off64_t len)
 {
     if (!READY(ftruncate64))
-        return (int)syscall(SYS_ftruncate, fd, len);
+        return mrc_sys_ftruncate(fd, len);
     TRUNCATION(mrc_file_begin_fd(&op_, fd, (uint64_t)len), mrc_real.ftruncate64(fd, len), fd);
 }
 
 MRC_EXPORT int truncate(const char *path, off_t len)
 {
     if (!READY(truncate))
-        return (int)syscall(SYS_truncate, path, len);
+        return mrc_sys_truncate(path, len);
     TRUNCATION(mrc_file_begin_path(&op_, AT_FDCWD, path, 0, (uint64_t)len), mrc_real.truncate(path, len), -1);
 }
 
 MRC_EXPORT int truncate64(const char *path, off64_t len)
 {
     if (!READY(truncate64))
-        return (int)syscall(SYS_truncate, path, len);
+        return mrc_sys_truncate(path, len);
     TRUNCATION(mrc_file_begin_path(&op_, AT_FDCWD, path, 0, (uint64_t)len), mrc_real.truncate64(path, len), -1);
 }
 
 MRC_EXPORT int fallocate(int fd, int mode, off_t off, off_t len)
 {
     if (!READY(fallocate))
-        return (int)syscall(SYS_fallocate, fd, mode, off, len);
+        return mrc_sys_fallocate(fd, mode, off, len);
     TRUNCATION(mrc_file_begin_fallocate(&op_, fd, mode, (uint64_t)off, (uint64_t)len),
                mrc_real.fallocate(fd, mode, off, len), fd);
 }
@@ -280,7 +281,9 @@ MRC_EXPORT int fallocate(int fd, int mode, off_t off, off_t len)
 MRC_EXPORT int fallocate64(int fd, int mode, off64_t off, off64_t len)
 {
     if (!READY(fallocate64))
-        return (int)syscall(SYS_fallocate, fd, mode, off, len);
+        return mrc_sys_fallocate(fd, mode, off, len);
     TRUNCATION(mrc_file_begin_fallocate(&op_, fd, mode, (uint64_t)off, (uint64_t)len),
                mrc_real.fallocate64(fd, mode, off, len), fd);
 }
+
+MRC_OWN_ALL(MRC_FNS_FILE)

@@ -30,9 +30,6 @@ MRC_EXPORT void free(void *p)
     mrc_on_free(p);
 }
 
-/* This free itself: the name free may resolve to a sanitizer's, preloaded first. */
-MRC_OWN(free, mrc_hooks_free);
-
 MRC_EXPORT void *realloc(void *p, size_t n)
 {
     return mrc_on_realloc(p, n);
@@ -78,11 +75,6 @@ MRC_EXPORT int mallopt(int param, int value)
     return mrc_on_mallopt(param, value);
 }
 
-MRC_OWN(realloc, mrc_own_realloc);
-MRC_OWN(reallocarray, mrc_own_reallocarray);
-MRC_OWN(posix_memalign, mrc_own_posix_memalign);
-MRC_OWN(aligned_alloc, mrc_own_aligned_alloc);
-MRC_OWN(memalign, mrc_own_memalign);
-MRC_OWN(valloc, mrc_own_valloc);
-MRC_OWN(pvalloc, mrc_own_pvalloc);
-MRC_OWN(malloc_trim, mrc_own_malloc_trim);
+/* mrc_own_free among them: this free itself, whereas the name free may resolve to a
+ * sanitizer's, preloaded first. */
+MRC_OWN_ALL(MRC_FNS_MALLOC)

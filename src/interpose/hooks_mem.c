@@ -2,14 +2,13 @@
  * in place (process_madvise, remap_file_pages); each forwards to monitor/unmap.c (a
  * MADV_COLLAPSE first lets the runtime release idle registrations over its range). Before
  * the real functions are known (a call during our own symbol lookup) the kernel is
- * asked directly (syscall(2), which sets errno itself), so nothing here can recurse or
- * fail for want of a pointer. */
+ * asked directly (util/sys.h, which sets errno as libc does), so nothing here can recurse
+ * or fail for want of a pointer. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -18,20 +17,21 @@
 #include "monitor/unmap.h"
 #include "runtime/runtime.h"
 #include "util/real.h"
+#include "util/sys.h"
 
 /* The slow paths apart, so that the fast ones are a test and a tail call: with them
  * inline the compiler saves every argument register first, on every call. */
 __attribute__((noinline)) static int munmap_watched(void *addr, size_t len)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.munmap)
-        return (int)syscall(SYS_munmap, addr, len);
+        return mrc_sys_munmap(addr, len);
     return mrc_on_munmap(addr, len);
 }
 
 __attribute__((noinline)) static void *mmap_watched(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.mmap)
-        return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+        return mrc_sys_mmap(addr, len, prot, flags, fd, off);
     return mrc_on_mmap(addr, len, prot, flags, fd, off);
 }
 
@@ -56,9 +56,10 @@ MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
     return mmap_watched(addr, len, prot, flags, fd, off);
 }
 
+/* Our own mmap, by its hidden name: the exported one would be a call through the PLT. */
 MRC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-    return mmap(addr, len, prot, flags, fd, off);
+    return mrc_own_mmap(addr, len, prot, flags, fd, off);
 }
 
 MRC_EXPORT void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
@@ -66,14 +67,14 @@ MRC_EXPORT void *mremap(void *old, size_t old_size, size_t new_size, int flags, 
     void *new_addr;
     MRC_MREMAP_NEW_ADDR(flags, new_addr);
     if (!mrc_real_ensure_libc() || !mrc_real.mremap)
-        return (void *)syscall(SYS_mremap, old, old_size, new_size, flags, new_addr);
+        return mrc_sys_mremap(old, old_size, new_size, flags, new_addr);
     return mrc_on_mremap(old, old_size, new_size, flags, new_addr);
 }
 
 MRC_EXPORT int madvise(void *addr, size_t len, int advice)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.madvise)
-        return (int)syscall(SYS_madvise, addr, len, advice);
+        return mrc_sys_madvise(addr, len, advice);
     if (__builtin_expect(advice == MADV_COLLAPSE, 0))
         mrc_rt_before_collapse(addr, len);   /* pinned idle pages would refuse it */
     return mrc_on_madvise(addr, len, advice);
@@ -82,28 +83,28 @@ MRC_EXPORT int madvise(void *addr, size_t len, int advice)
 MRC_EXPORT ssize_t process_madvise(int pidfd, const struct iovec *iov, size_t n, int advice, unsigned flags)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.process_madvise)
-        return syscall(SYS_process_madvise, pidfd, iov, n, advice, flags);
+        return mrc_sys_process_madvise(pidfd, iov, n, advice, flags);
     return mrc_on_process_madvise(pidfd, iov, n, advice, flags);
 }
 
 MRC_EXPORT int remap_file_pages(void *addr, size_t size, int prot, size_t pgoff, int flags)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.remap_file_pages)
-        return (int)syscall(SYS_remap_file_pages, addr, size, prot, pgoff, flags);
+        return mrc_sys_remap_file_pages(addr, size, prot, pgoff, flags);
     return mrc_on_remap_file_pages(addr, size, prot, pgoff, flags);
 }
 
 MRC_EXPORT void *shmat(int id, const void *addr, int flags)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.shmat)
-        return (void *)syscall(SYS_shmat, id, addr, flags);
+        return mrc_sys_shmat(id, addr, flags);
     return mrc_on_shmat(id, addr, flags);
 }
 
 MRC_EXPORT int shmdt(const void *addr)
 {
     if (!mrc_real_ensure_libc() || !mrc_real.shmdt)
-        return (int)syscall(SYS_shmdt, addr);
+        return mrc_sys_shmdt(addr);
     return mrc_on_shmdt(addr);
 }
 
@@ -124,12 +125,4 @@ MRC_EXPORT void *sbrk(intptr_t incr)
     }
     return mrc_on_sbrk(incr);
 }
-MRC_OWN(munmap, mrc_own_munmap);
-MRC_OWN(mmap, mrc_own_mmap);
-MRC_OWN(mmap64, mrc_own_mmap64);
-MRC_OWN(mremap, mrc_own_mremap);
-MRC_OWN(madvise, mrc_own_madvise);
-MRC_OWN(shmat, mrc_own_shmat);
-MRC_OWN(shmdt, mrc_own_shmdt);
-MRC_OWN(brk, mrc_own_brk);
-MRC_OWN(sbrk, mrc_own_sbrk);
+MRC_OWN_ALL(MRC_FNS_MEM)

@@ -7,17 +7,18 @@
  * caller's; while nothing is patched the check is a few compares. */
 #include <errno.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "interpose/hooks.h"
 #include "monitor/patch.h"
 #include "util/real.h"
+#include "util/sys.h"
 
 MRC_EXPORT int mprotect(void *addr, size_t len, int prot)
 {
     int (*real)(void *, size_t, int) = __atomic_load_n(&mrc_real.mprotect, __ATOMIC_RELAXED);
-    int rc = real ? real(addr, len, prot) : (int)syscall(SYS_mprotect, addr, len, prot);
+    int rc = real ? real(addr, len, prot) : mrc_sys_mprotect(addr, len, prot);
     if (rc == 0 && (prot & PROT_EXEC)) {
         int saved = errno;
         mrc_patch_code_changed(addr, len);
@@ -25,3 +26,5 @@ MRC_EXPORT int mprotect(void *addr, size_t len, int prot)
     }
     return rc;
 }
+
+MRC_OWN_ALL(MRC_FNS_MPROTECT)

@@ -3,10 +3,10 @@
  * forks. posix_spawn and system do not come here: they exec at once, so what the child
  * inherits does not matter; _Fork, clone and syscall(SYS_fork) do not either. */
 #include <errno.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "interpose/hooks.h"
 #include "runtime/runtime.h"
 #include "util/real.h"
 
@@ -19,3 +19,5 @@ MRC_EXPORT pid_t fork(void)
     mrc_rt_before_fork();
     return mrc_real.fork();
 }
+
+MRC_OWN_ALL(MRC_FNS_PROCESS)

@@ -7,6 +7,7 @@
 #include <infiniband/verbs.h>
 
 #include "interpose/export.h"
+#include "interpose/hooks.h"
 #include "runtime/runtime.h"
 #include "util/hot.h"
 
@@ -55,3 +56,5 @@ MRC_EXPORT int ibv_close_device(struct ibv_context *context)
 {
     return mrc_rt_close_device(context);
 }
+
+MRC_OWN_ALL(MRC_FNS_VERBS)

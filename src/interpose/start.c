@@ -6,32 +6,17 @@
 #include "monitor/patch.h"
 #include "runtime/runtime.h"
 
-/* The exports the unmap path relies on: a patcher that finds these by name and writes
- * over them would take the program's calls away from our hooks. */
-static const struct mrc_export exports[] = {
-    { "munmap", (void *)mrc_own_munmap, MRC_EXPORT_MUNMAP },
-    { "mmap", (void *)mrc_own_mmap, MRC_EXPORT_MMAP },
-    { "mmap64", (void *)mrc_own_mmap64, MRC_EXPORT_MMAP64 },
-    { "mremap", (void *)mrc_own_mremap, MRC_EXPORT_MREMAP },
-    { "madvise", (void *)mrc_own_madvise, MRC_EXPORT_MADVISE },
-    { "shmat", (void *)mrc_own_shmat, MRC_EXPORT_SHMAT },
-    { "shmdt", (void *)mrc_own_shmdt, MRC_EXPORT_SHMDT },
-    { "brk", (void *)mrc_own_brk, MRC_EXPORT_BRK },
-    { "sbrk", (void *)mrc_own_sbrk, MRC_EXPORT_SBRK },
-    { "free", (void *)mrc_hooks_free, -1 },
-    { "realloc", (void *)mrc_own_realloc, -1 },
-    { "reallocarray", (void *)mrc_own_reallocarray, -1 },
-    { "posix_memalign", (void *)mrc_own_posix_memalign, -1 },
-    { "aligned_alloc", (void *)mrc_own_aligned_alloc, -1 },
-    { "memalign", (void *)mrc_own_memalign, -1 },
-    { "valloc", (void *)mrc_own_valloc, -1 },
-    { "pvalloc", (void *)mrc_own_pvalloc, -1 },
-    { "malloc_trim", (void *)mrc_own_malloc_trim, -1 },
-};
+/* The exports the unmap path relies on, the table's guarded rows: a patcher that finds
+ * these by name and writes over them would take the program's calls away from our hooks. */
+#define GUARDED_NOGUARD(sym, id)
+#define GUARDED_GUARD(sym, id) { #sym, (void *)mrc_own_##id, -1 },
+#define GUARDED_CHAIN(sym, id, kind) { #sym, (void *)mrc_own_##id, MRC_EXPORT_##kind },
+#define GUARDED(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(GUARDED_, guard, sym, id)
+static const struct mrc_export exports[] = { MRC_FNS(GUARDED) };
 
 __attribute__((constructor)) static void mrc_start(void)
 {
     mrc_init();
     mrc_rt_guard_exports(exports, sizeof(exports) / sizeof(exports[0]));
-    mrc_rt_free_direct(mrc_hooks_free);
+    mrc_rt_free_direct(mrc_own_free);
 }

@@ -12,6 +12,7 @@
 #include "monitor/files.h"
 #include "monitor/unmap.h"
 #include "util/range.h"
+#include "util/sys.h"
 
 enum {
     IDLE,      /* nothing was marked at the start: the end looks again */
@@ -28,7 +29,9 @@ static int watching(void)
 /* The regular file fd (if >= 0) or path names: 1 and *st, or 0. */
 static int identity(int dirfd, const char *path, int nofollow, int fd, struct stat *st)
 {
-    int rc = fd >= 0 ? fstat(fd, st) : path ? fstatat(dirfd, path, st, nofollow ? AT_SYMLINK_NOFOLLOW : 0) : -1;
+    int rc = fd >= 0  ? mrc_sys_fstat(fd, st)
+             : path ? mrc_sys_fstatat(dirfd, path, st, nofollow ? AT_SYMLINK_NOFOLLOW : 0)
+                    : -1;
     return rc == 0 && S_ISREG(st->st_mode);
 }
 

@@ -12,14 +12,13 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include "monitor/maps.h"
 #include "util/range.h"
-#include "util/rawmem.h"
+#include "util/sys.h"
 
 #define HUGETLBFS_MAGIC 0x958458f6
 #define LOST_BIAS (1u << 30)     /* added to the counters once lost: they never reach 0 again */
@@ -563,14 +562,14 @@ static void skip_spaces(const char **s)
  * file cannot be read. */
 static int read_lines(const char *path, int (*fn)(const char *line, void *arg), void *arg)
 {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    int fd = mrc_sys_open(path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return -1;
     char buf[8192];
     size_t have = 0;
     int stop = 0;
     while (!stop) {
-        ssize_t got = read(fd, buf + have, sizeof(buf) - 1 - have);
+        ssize_t got = mrc_sys_read(fd, buf + have, sizeof(buf) - 1 - have);
         if (got <= 0)
             break;
         have += (size_t)got;
@@ -586,7 +585,7 @@ static int read_lines(const char *path, int (*fn)(const char *line, void *arg), 
             have = 0;   /* a line longer than the buffer: dropped */
         memmove(buf, line, have);
     }
-    close(fd);
+    mrc_sys_close(fd);
     return 0;
 }
 
@@ -672,7 +671,7 @@ static int classify_line(const struct mline *l, const struct seed *sd, struct mr
     }
     if (prefix(p, "/dev/") && !prefix(p, "/dev/shm/") && !prefix(p, "/dev/hugepages")) {
         struct stat st;
-        if (stat(p, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)))
+        if (mrc_sys_fstatat(AT_FDCWD, p, &st, 0) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)))
             return 0;   /* device memory: not pages a registration pins */
     }
     if (shared)
@@ -756,14 +755,13 @@ static int meminfo_line(const char *line, void *arg)
  * hugetlb mappings, SHM_HUGETLB segments and hugetlb memfds live on. */
 static void probe_huge(uint32_t shift)
 {
-    int fd = (int)syscall(SYS_memfd_create, "mrc-probe", 1u /* MFD_CLOEXEC */ | MFD_HUGETLB |
-                                                               (shift << MFD_HUGE_SHIFT_));
+    int fd = mrc_sys_memfd_create("mrc-probe", 1u /* MFD_CLOEXEC */ | MFD_HUGETLB | (shift << MFD_HUGE_SHIFT_));
     if (fd < 0)
         return;
     struct stat st;
-    if (fstat(fd, &st) == 0)
+    if (mrc_sys_fstat(fd, &st) == 0)
         huge_fs_add(st.st_dev, shift ? shift : huge_default);
-    close(fd);
+    mrc_sys_close(fd);
 }
 
 static void learn_hugetlb(void)
@@ -827,14 +825,14 @@ int mrc_maps_describe(int flags, int fd, uint64_t off, struct mrc_map_attr *a)
     if (!(flags & MAP_ANONYMOUS)) {
         int saved = errno;
         struct stat st;
-        int ok = fstat(fd, &st) == 0;
+        int ok = mrc_sys_fstat(fd, &st) == 0;
         if (ok && S_ISREG(st.st_mode)) {
             a->flags = MRC_MAP_FILE;
             a->dev = st.st_dev;
             a->ino = st.st_ino;
             a->off = off;
             struct statfs sf;
-            if ((uint64_t)st.st_blksize > base && fstatfs(fd, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC)
+            if ((uint64_t)st.st_blksize > base && mrc_sys_fstatfs(fd, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC)
                 a->page_shift = log2_of((uint64_t)sf.f_bsize);
         } else if (!(ok && S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 5))) {
             shared = 0;   /* device memory, a descriptor's own memory: not pages a registration pins */
@@ -899,7 +897,7 @@ struct procmap_query {
 static int query_vma(int fd, uint64_t addr, struct mrc_vma *v)
 {
     struct procmap_query q = { .size = sizeof(q), .query_addr = addr };
-    if (syscall(SYS_ioctl, fd, PROCMAP_QUERY, &q) != 0)
+    if (mrc_sys_ioctl(fd, PROCMAP_QUERY, &q) != 0)
         return -1;
     v->start = q.vma_start;
     v->end = q.vma_end;
@@ -946,10 +944,10 @@ int mrc_maps_read_vma_text(uint64_t addr, struct mrc_vma *v)
 int mrc_maps_read_vma(uint64_t addr, struct mrc_vma *v)
 {
     int saved = errno, rc = -1;
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int fd = mrc_sys_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
     if (fd >= 0) {
         rc = query_vma(fd, addr, v);
-        close(fd);
+        mrc_sys_close(fd);
     }
     if (rc != 0 && errno != ENOENT)   /* ENOENT: the kernel's answer, nothing there */
         rc = mrc_maps_read_vma_text(addr, v);

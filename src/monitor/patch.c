@@ -1,8 +1,9 @@
 /* patch.c - the 'patch' source's entry points: libc's munmap, mmap, mremap, madvise,
  * shmat, shmdt, brk (sbrk calls brk directly) and ld.so's private munmap, whose first 13
  * bytes become "movabs $hook, %r11; jmp *%r11" (patch_x86.c). The hooks run unmap.c's
- * logic, whose mrc_real pointers then make the system call inline (patch_sys.c): the
- * original code never runs again. A later patcher's jump is chained in patch_chain.c;
+ * logic, whose mrc_real pointers then make the system call inline (util/sys.h): the
+ * original code never runs again. Which entry points, with which shapes, is the table's
+ * (util/interposed.h). A later patcher's jump is chained in patch_chain.c;
  * the start-up self-test is patch_selftest.c.
  * Invariants: a function is patched at start-up only if its first bytes are the
  * syscall-wrapper shape this file knows (anything else, e.g. another library's jump, is
@@ -18,11 +19,11 @@
 
 #include "monitor/patch.h"
 #include "monitor/patch_priv.h"
-#include "monitor/patch_sys.h"
 #include "monitor/patch_x86.h"
 #include "monitor/unmap.h"
 #include "util/log.h"
 #include "util/real.h"
+#include "util/sys.h"
 
 /* ---- the hooks the jumps land in; the self-test's probe sees each arrival ---- */
 
@@ -99,31 +100,19 @@ static int p_brk(void *a)
     return mrc_on_brk(a);
 }
 
-/* ---- what each entry point must look like (glibc 2.36, x86-64; "??" any byte) ---- */
+/* ---- the targets: the table's patched rows (util/interposed.h) ---- */
 
-/* The plain wrappers: mov $nr,%eax; syscall; cmp $-4095,%rax; jae error; ret. */
-#define WRAPPER(nr) "b8 " nr " 00 00 00 0f 05 48 3d ?? f0 ff ff ?? ?? c3"
+#define TARGET_REAL_LIBC(id) (void **)&mrc_real.id
+#define TARGET_REAL_LDSO(id) NULL
+#define TARGET_FROM_LIBC(sym) #sym, MRC_PATCH_FROM_LIBC
+#define TARGET_FROM_LDSO(sym) "ld.so " #sym, MRC_PATCH_FROM_LDSO
+#define TARGET_NOPATCH(...)
+#define TARGET_SYSCALL(id, real, name, from, ID, sys, shape, follow, label, lost) \
+    [MRC_FN_##ID] = { name, shape, follow, (void *)p_##id, real, (void *)(sys), from, label, lost },
+#define TARGET(sym, id, ret, params, where, patch, guard, plt)                                              \
+    MRC_CASE(TARGET_, patch, id, MRC_CASE(TARGET_REAL_, where, id), MRC_CASE(TARGET_FROM_, where, sym))
 
-const struct mrc_patch_target mrc_patch_targets[MRC_FN_COUNT] = {
-    [MRC_FN_MUNMAP] = { "munmap", WRAPPER("0b"), (void *)p_munmap, (void **)&mrc_real.munmap,
-                        (void *)mrc_sys_munmap },
-    /* mov %ecx,%r10d; test $0xfff,%r9d; jne einval; mov $9,%eax; syscall */
-    [MRC_FN_MMAP] = { "mmap", "41 89 ca 41 f7 c1 ff 0f 00 00 75 ?? b8 09 00 00 00 0f 05", (void *)p_mmap,
-                      (void **)&mrc_real.mmap, (void *)mrc_sys_mmap },
-    /* sub $n,%rsp; mov %r8,n(%rsp); mov %fs:0x28,%rax (a compiled C wrapper; the
-     * system call number is checked further in, below) */
-    [MRC_FN_MREMAP] = { "mremap", "48 83 ec ?? 4c 89 44 24 ?? 64 48 8b 04 25 28 00 00 00", (void *)p_mremap,
-                        (void **)&mrc_real.mremap, (void *)mrc_sys_mremap },
-    [MRC_FN_MADVISE] = { "madvise", WRAPPER("1c"), (void *)p_madvise, (void **)&mrc_real.madvise,
-                         (void *)mrc_sys_madvise },
-    [MRC_FN_SHMAT] = { "shmat", "b8 1e 00 00 00 0f 05 48 3d ?? f0 ff ff ?? ?? c3", (void *)p_shmat,
-                       (void **)&mrc_real.shmat, (void *)mrc_sys_shmat },
-    [MRC_FN_SHMDT] = { "shmdt", WRAPPER("43"), (void *)p_shmdt, (void **)&mrc_real.shmdt, (void *)mrc_sys_shmdt },
-    /* mov $12,%eax; syscall; mov __curbrk@GOT,%rdx; mov %rax,(%rdx) */
-    [MRC_FN_BRK] = { "brk", "b8 0c 00 00 00 0f 05 48 8b 15 ?? ?? ?? ?? 48 89 02", (void *)p_brk,
-                     (void **)&mrc_real.brk, (void *)mrc_sys_brk },
-    [MRC_FN_LDSO_MUNMAP] = { "ld.so munmap", WRAPPER("0b"), (void *)p_ldso_munmap, NULL, NULL },
-};
+const struct mrc_patch_target mrc_patch_targets[MRC_FN_COUNT] = { MRC_FNS(TARGET) };
 
 /* ---- the watched entry points ---- */
 
@@ -171,11 +160,11 @@ static int patch_one(enum mrc_fn fn, uint8_t *entry)
         return -EINVAL;
     }
     size_t n = mrc_x86_shape_match(entry, t->shape);
-    if (n && fn == MRC_FN_MREMAP) {
-        /* The prologue is generic: the mremap system call must follow it. */
+    if (n && t->follow) {
+        /* A generic prologue: the system call must follow it. */
         int found = 0;
-        for (size_t i = 0; i + 7 <= 96 && !found; i++)
-            found = !memcmp(entry + i, "\xb8\x19\x00\x00\x00\x0f\x05", 7);
+        for (size_t i = 0; i < 96 && !found; i++)
+            found = mrc_x86_shape_match(entry + i, t->follow) != 0;
         n = found ? n : 0;
     }
     if (!n || n < MRC_X86_JUMP_LEN) {
@@ -215,7 +204,7 @@ static int patch_one(enum mrc_fn fn, uint8_t *entry)
 /* ld.so keeps private copies of the wrappers it needs; dlclose unmaps through its own
  * munmap, which is not exported. Found by its exact shape in ld.so's code, and patched
  * only if exactly one 16-byte-aligned candidate exists. */
-static uint8_t *find_ldso_munmap(void)
+static uint8_t *find_ldso_munmap(const struct mrc_patch_target *t)
 {
     uintptr_t base = getauxval(AT_BASE);
     if (!base)
@@ -233,12 +222,22 @@ static uint8_t *find_ldso_munmap(void)
         uint8_t *end = p + ph[i].p_filesz;
         p = (uint8_t *)(((uintptr_t)p + 15) & ~(uintptr_t)15);
         for (; p + 16 <= end; p += 16)
-            if (p[0] == 0xb8 && p[1] == 0x0b && mrc_x86_shape_match(p, mrc_patch_targets[MRC_FN_LDSO_MUNMAP].shape)) {
+            if (p[0] == 0xb8 && p[1] == 0x0b && mrc_x86_shape_match(p, t->shape)) {
                 hit = p;
                 hits++;
             }
     }
     return hits == 1 ? hit : NULL;
+}
+
+/* Where t's entry point is: in the libc whose handle is given (by its name), or in ld.so. */
+static uint8_t *entry_of(const struct mrc_patch_target *t, void *libc)
+{
+    switch (t->from) {
+    case MRC_PATCH_FROM_LIBC: return dlsym(libc, t->name);
+    case MRC_PATCH_FROM_LDSO: return find_ldso_munmap(t);
+    }
+    return NULL;
 }
 
 /* Why patching must not happen here, or NULL. */
@@ -274,10 +273,8 @@ unsigned mrc_patch_install(void)
         return 0;
     }
     mrc_x86_sync_init();
-    for (int fn = 0; fn < MRC_FN_COUNT; fn++) {
-        uint8_t *entry = fn == MRC_FN_LDSO_MUNMAP ? find_ldso_munmap() : dlsym(libc, mrc_patch_targets[fn].name);
-        patch_one((enum mrc_fn)fn, entry);
-    }
+    for (int fn = 0; fn < MRC_FN_COUNT; fn++)
+        patch_one((enum mrc_fn)fn, entry_of(&mrc_patch_targets[fn], libc));
     if (mrc_patch_mask & (1u << MRC_FN_BRK))
         mrc_patch_watch(MRC_FN_SBRK, dlsym(libc, "sbrk"));
     /* The handle is kept: libc is never unloaded. */

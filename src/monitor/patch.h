@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "util/interposed.h"
+
 /* Patches every entry point whose first bytes have the expected syscall-wrapper shape;
  * refuses (one note each) the others, including any already patched by another library.
  * Steps aside under a sanitizer or valgrind. Call once, after mrc_monitor_init, from the
@@ -33,11 +35,13 @@ void mrc_patch_code_changed(const void *addr, size_t len);
 
 /* libmrcache's own exported functions on the unmap path, which another library may patch
  * (patch_exports.c). The kinds that can be chained (their jump moved aside, our logic
- * run first, then theirs); the others, if patched, are reported lost. */
-enum mrc_export_kind {
-    MRC_EXPORT_MUNMAP, MRC_EXPORT_MMAP, MRC_EXPORT_MMAP64, MRC_EXPORT_MREMAP, MRC_EXPORT_MADVISE,
-    MRC_EXPORT_SHMAT, MRC_EXPORT_SHMDT, MRC_EXPORT_BRK, MRC_EXPORT_SBRK, MRC_EXPORT_KINDS
-};
+ * run first, then theirs): the table's CHAIN rows (util/interposed.h); the GUARD rows,
+ * if patched, are reported lost. */
+#define MRC_EXPORT_ENUM_NOGUARD(id)
+#define MRC_EXPORT_ENUM_GUARD(id)
+#define MRC_EXPORT_ENUM_CHAIN(id, kind) MRC_EXPORT_##kind,
+#define MRC_EXPORT_ENUM(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(MRC_EXPORT_ENUM_, guard, id)
+enum mrc_export_kind { MRC_FNS(MRC_EXPORT_ENUM) MRC_EXPORT_KINDS };
 
 struct mrc_export {
     const char *name;

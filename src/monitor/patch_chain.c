@@ -17,12 +17,12 @@
 
 #include "monitor/patch.h"
 #include "monitor/patch_priv.h"
-#include "monitor/patch_sys.h"
 #include "monitor/patch_x86.h"
 #include "monitor/unmap.h"
 #include "util/hot.h"
 #include "util/log.h"
 #include "util/real.h"
+#include "util/sys.h"
 
 /* What our "original" path calls once an entry point is chained. */
 static void *orig_of[MRC_PATCH_NFN];
@@ -103,25 +103,24 @@ static void *hook_of(int fn)
     return fn == MRC_FN_SBRK ? (void *)p_sbrk : mrc_patch_targets[fn].hook;
 }
 
-/* Set into mrc_real once chained (sbrk's stays libc's, whose entry lands in p_sbrk);
- * ld.so's munmap has no mrc_real pointer: it is given up. */
-static void *const via_orig_of[MRC_FN_COUNT] = {
-    [MRC_FN_MUNMAP] = (void *)o_munmap, [MRC_FN_MMAP] = (void *)o_mmap, [MRC_FN_MREMAP] = (void *)o_mremap,
-    [MRC_FN_MADVISE] = (void *)o_madvise, [MRC_FN_SHMAT] = (void *)o_shmat, [MRC_FN_SHMDT] = (void *)o_shmdt,
-    [MRC_FN_BRK] = (void *)o_brk,
-};
+/* Set into mrc_real once chained (sbrk's stays libc's, whose entry lands in p_sbrk):
+ * o_<id> for each patched row of the table with an mrc_real pointer; ld.so's munmap has
+ * none: it is given up. */
+#define ORIG_HAS_LIBC(x) YES
+#define ORIG_HAS_LDSO(x) NO
+#define ORIG_YES(id, ID) [MRC_FN_##ID] = (void *)o_##id,
+#define ORIG_NO(id, ID)
+#define ORIG_NOPATCH(...)
+#define ORIG_SYSCALL(id, has, ID, sys, shape, follow, label, lost) ORIG_##has(id, ID)
+#define ORIG_ROW(sym, id, ret, params, where, patch, guard, plt)                                            \
+    MRC_CASE(ORIG_, patch, id, MRC_CASE(ORIG_HAS_, where, x))
+static void *const via_orig_of[MRC_FN_COUNT] = { MRC_FNS(ORIG_ROW) };
 
-static const char *const lost_of[MRC_PATCH_NFN] = {
-    [MRC_FN_MUNMAP] = "glibc's own munmap calls (free of mmapped chunks, thread arenas)",
-    [MRC_FN_MMAP] = "glibc's own MAP_FIXED mappings (thread arenas)",
-    [MRC_FN_MREMAP] = "glibc's own mremap calls (realloc of mmapped chunks)",
-    [MRC_FN_MADVISE] = "glibc's own madvise calls (thread stacks at thread exit, malloc_trim)",
-    [MRC_FN_SHMAT] = "shmat(SHM_REMAP) not made through the PLT",
-    [MRC_FN_SHMDT] = "shmdt not made through the PLT",
-    [MRC_FN_BRK] = "heap trimming in free",
-    [MRC_FN_LDSO_MUNMAP] = "dlclose's unmaps",
-    [MRC_FN_SBRK] = "heap trimming in free",
-};
+/* What goes unseen once an entry point is given up. */
+static const char *lost_of(int fn)
+{
+    return fn == MRC_FN_SBRK ? "heap trimming in free" : mrc_patch_targets[fn].lost;
+}
 
 static const char *fn_name(int fn)
 {
@@ -147,7 +146,7 @@ static void give_up(int fn, uint8_t *entry)
     snprintf(lost, sizeof(lost),
              "patch: %s was overwritten by another library after libmrcache patched it (bytes %02x %02x %02x %02x, "
              "code that cannot be chained); %s are NO LONGER SEEN",
-             fn_name(fn), c[0], c[1], c[2], c[3], lost_of[fn]);
+             fn_name(fn), c[0], c[1], c[2], c[3], lost_of(fn));
     mrc_monitor.sink.source_lost(lost, fn == MRC_FN_SBRK ? "calls to sbrk itself go to the other library"
                                                          : mrc_patch_fallback());
 }

@@ -16,7 +16,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "monitor/glibc_heap.h"
 #include "monitor/patch.h"
@@ -24,6 +23,7 @@
 #include "monitor/patch_x86.h"
 #include "monitor/unmap.h"
 #include "util/hot.h"
+#include "util/sys.h"
 
 #define MAX_EXPORTS 32
 
@@ -104,12 +104,12 @@ static void *x_sbrk(intptr_t incr)
     VIA_THEIRS(MRC_EXPORT_SBRK, mrc_on_sbrk(incr));
 }
 
-static void *const chained_of[MRC_EXPORT_KINDS] = {
-    [MRC_EXPORT_MUNMAP] = (void *)x_munmap, [MRC_EXPORT_MMAP] = (void *)x_mmap,
-    [MRC_EXPORT_MMAP64] = (void *)x_mmap64, [MRC_EXPORT_MREMAP] = (void *)x_mremap,
-    [MRC_EXPORT_MADVISE] = (void *)x_madvise, [MRC_EXPORT_SHMAT] = (void *)x_shmat,
-    [MRC_EXPORT_SHMDT] = (void *)x_shmdt, [MRC_EXPORT_BRK] = (void *)x_brk, [MRC_EXPORT_SBRK] = (void *)x_sbrk,
-};
+/* x_<id> for each of the table's CHAIN rows. */
+#define CHAINED_NOGUARD(id)
+#define CHAINED_GUARD(id)
+#define CHAINED_CHAIN(id, kind) [MRC_EXPORT_##kind] = (void *)x_##id,
+#define CHAINED(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(CHAINED_, guard, id)
+static void *const chained_of[MRC_EXPORT_KINDS] = { MRC_FNS(CHAINED) };
 
 /* ---- what each export looked like when built ---- */
 
@@ -121,23 +121,23 @@ static uint64_t built_head(const uint8_t *entry)
     uint64_t head = 0;
     if (!dladdr(entry, &di) || !di.dli_fname || !di.dli_fbase)
         return 0;
-    int fd = open(di.dli_fname, O_RDONLY | O_CLOEXEC);
+    int fd = mrc_sys_open(di.dli_fname, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return 0;
     ElfW(Ehdr) eh;
     uint64_t off = (uint64_t)((uintptr_t)entry - (uintptr_t)di.dli_fbase);
-    if (pread(fd, &eh, sizeof(eh), 0) == (ssize_t)sizeof(eh) && !memcmp(eh.e_ident, ELFMAG, SELFMAG))
+    if (mrc_sys_pread(fd, &eh, sizeof(eh), 0) == (ssize_t)sizeof(eh) && !memcmp(eh.e_ident, ELFMAG, SELFMAG))
         for (unsigned i = 0; i < eh.e_phnum; i++) {
             ElfW(Phdr) ph;
-            if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + i * sizeof(ph))) != (ssize_t)sizeof(ph))
+            if (mrc_sys_pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + i * sizeof(ph))) != (ssize_t)sizeof(ph))
                 break;
             if (ph.p_type == PT_LOAD && off >= ph.p_vaddr && off + 8 <= ph.p_vaddr + ph.p_filesz) {
-                if (pread(fd, &head, 8, (off_t)(ph.p_offset + off - ph.p_vaddr)) != 8)
+                if (mrc_sys_pread(fd, &head, 8, (off_t)(ph.p_offset + off - ph.p_vaddr)) != 8)
                     head = 0;
                 break;
             }
         }
-    close(fd);
+    mrc_sys_close(fd);
     return head;
 }
 

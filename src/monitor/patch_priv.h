@@ -13,12 +13,23 @@
 #define MRC_FN_SBRK MRC_FN_COUNT
 #define MRC_PATCH_NFN (MRC_FN_COUNT + 1)
 
+/* Where a target's entry point is found. */
+enum mrc_patch_from {
+    MRC_PATCH_FROM_LIBC,    /* libc's export of its name */
+    MRC_PATCH_FROM_LDSO,    /* ld.so's private copy, by its shape alone */
+};
+
+/* The table's patched rows (util/interposed.h), by mrc_fn. */
 struct mrc_patch_target {
     const char *name;
     const char *shape;      /* the first bytes, which the jump replaces and more */
+    const char *follow;     /* bytes that must start within the first 96, or NULL */
     void *hook;             /* where the jump lands */
-    void **real;            /* mrc_real's pointer, redirected to the direct call */
-    void *sys;              /* the direct call (patch_sys.c) */
+    void **real;            /* mrc_real's pointer, redirected to the direct call, or NULL */
+    void *sys;              /* the direct call (util/sys.h) */
+    enum mrc_patch_from from;
+    const char *label;      /* the self-test's name for it */
+    const char *lost;       /* what goes unseen once another library's patch takes it */
 };
 
 extern const struct mrc_patch_target mrc_patch_targets[MRC_FN_COUNT];

@@ -15,9 +15,9 @@
 #include "monitor/glibc_heap.h"
 #include "monitor/patch.h"
 #include "monitor/patch_priv.h"
-#include "monitor/patch_sys.h"
 #include "monitor/unmap.h"
 #include "util/log.h"
+#include "util/sys.h"
 #include "util/thread.h"
 
 extern void *__libc_malloc(size_t);
@@ -79,8 +79,6 @@ unsigned mrc_patch_selftest(int preload)
             ok |= mrc_patch_probe_disarm() & (1u << MRC_FN_BRK);
         }
     }
-    static const char *const names[] = { "munmap", "mmap(MAP_FIXED)", "mremap", "madvise", "shmat",
-                                         "shmdt", "brk", "dlclose" };
     char line[512];
     size_t n = 0;
     unsigned missing = 0;
@@ -99,7 +97,7 @@ unsigned mrc_patch_selftest(int preload)
             missing |= 1u << fn;
         if (!(mrc_patch_mask & (1u << fn)))
             missing |= 1u << fn;
-        int k = snprintf(line + n, sizeof(line) - n, "%s%s: %s", n ? "; " : "", names[fn], how);
+        int k = snprintf(line + n, sizeof(line) - n, "%s%s: %s", n ? "; " : "", mrc_patch_targets[fn].label, how);
         if (k > 0 && (size_t)k < sizeof(line) - n)
             n += (size_t)k;
     }

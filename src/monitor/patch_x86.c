@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 
 #include "monitor/patch_x86.h"
 #include "monitor/unmap.h"
+#include "util/sys.h"
 
 #ifndef MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE
 #define MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE (1 << 5)
@@ -47,23 +47,28 @@ static long page_size(void)
     return (long)mrc_monitor.page_size;
 }
 
+/* 0 or -errno; errno is kept. */
 static int sys_mprotect(void *a, size_t len, int prot)
 {
-    return (int)MRC_SC(SYS_mprotect, a, len, prot, 0, 0, 0);
+    int saved = errno, rc = mrc_sys_mprotect(a, len, prot) ? -errno : 0;
+    errno = saved;
+    return rc;
 }
 
 static int membarrier_ok;
 
 void mrc_x86_sync_init(void)
 {
-    membarrier_ok = MRC_SC(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0, 0, 0, 0) == 0;
+    int saved = errno;
+    membarrier_ok = mrc_sys_membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0) == 0;
+    errno = saved;
 }
 
 static void sync_cores(void)
 {
     /* Other threads may hold stale decoded instructions: make each serialise. */
     if (membarrier_ok)
-        MRC_SC(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0, 0, 0, 0);
+        mrc_sys_membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0);
 }
 
 /* The pages holding the code bytes [p, p + n): their start and length, for mprotect. */
@@ -120,22 +125,26 @@ static int near(const uint8_t *from, const uint8_t *to)
     return d > INT32_MIN / 2 && d < INT32_MAX / 2;
 }
 
-/* A fresh page within reach of entry, or NULL. */
+/* A fresh page within reach of entry, or NULL. Keeps errno (most tries fail). */
 static uint8_t *map_near(const uint8_t *entry)
 {
     long pg = page_size();
-    for (uintptr_t d = 1ul << 20; d < (1ul << 30); d <<= 1)
-        for (int s = -1; s <= 1; s += 2) {
+    int saved = errno;
+    uint8_t *found = NULL;
+    for (uintptr_t d = 1ul << 20; d < (1ul << 30) && !found; d <<= 1)
+        for (int s = -1; s <= 1 && !found; s += 2) {
             uintptr_t hint = ((uintptr_t)entry + (uintptr_t)(s * (intptr_t)d)) & ~(uintptr_t)(pg - 1);
-            long p = MRC_SC(SYS_mmap, hint, pg, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
-                            -1, 0);
-            if ((unsigned long)p > -4096ul)
+            uint8_t *p = mrc_sys_mmap((void *)hint, (size_t)pg, PROT_READ | PROT_EXEC,
+                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+            if (p == MAP_FAILED)
                 continue;
-            if (near((uint8_t *)p, entry))
-                return (uint8_t *)p;
-            MRC_SC(SYS_munmap, p, pg, 0, 0, 0, 0);   /* a kernel that took the hint as a hint */
+            if (near(p, entry))
+                found = p;
+            else
+                mrc_sys_munmap(p, (size_t)pg);   /* a kernel that took the hint as a hint */
         }
-    return NULL;
+    errno = saved;
+    return found;
 }
 
 uint8_t *mrc_x86_stub_alloc(const uint8_t *entry)

@@ -1,10 +1,11 @@
-/* patch_x86.h - the x86-64 machine code behind the patch source: raw system calls,
- * matching an entry point's first bytes against a known shape, writing an absolute jump
+/* patch_x86.h - the x86-64 machine code behind the patch source: matching an entry
+ * point's first bytes against a known shape, writing an absolute jump
  * over them, recognising and moving another library's jump, and the page of stubs next to
  * libc. Knows nothing of which functions are patched or why.
  * Invariants: code is changed only through RWX pages (other threads may run elsewhere on
  * them), a thread entering an entry point being rewritten sees whole instructions only,
- * and nothing here allocates or uses libc's patched wrappers. */
+ * and nothing here allocates or uses libc's patched wrappers (its system calls are
+ * util/sys.h's). */
 #ifndef MRC_PATCH_X86_H
 #define MRC_PATCH_X86_H
 
@@ -13,20 +14,6 @@
 
 /* The jump mrc_x86_write_jump writes: movabs $hook, %r11; jmp *%r11. */
 #define MRC_X86_JUMP_LEN 13
-
-/* A system call made inline, never through libc (whose wrappers may be patched). */
-static inline long mrc_x86_syscall(long n, long a, long b, long c, long d, long e, long f)
-{
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    register long r9 __asm__("r9") = f;
-    long r;
-    __asm__ volatile("syscall" : "=a"(r) : "0"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                     : "rcx", "r11", "memory");
-    return r;
-}
-#define MRC_SC(n, a, b, c, d, e, f)                                                                   \
-    mrc_x86_syscall((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
 
 /* Whether code matches shape (hex bytes separated by spaces, "??" any byte); returns the
  * number of bytes the shape covers, or 0. */

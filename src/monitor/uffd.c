@@ -20,16 +20,15 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "monitor/uffd.h"
 #include "monitor/uffd_priv.h"
 #include "monitor/unmap.h"
 #include "util/log.h"
-#include "util/rawmem.h"
 #include "util/real.h"
 #include "util/stats.h"
+#include "util/sys.h"
 #include "util/thread.h"
 
 #ifndef UFFD_USER_MODE_ONLY
@@ -78,7 +77,7 @@ void mrc_uffd_quiesce_wait(void)
     while ((v = __atomic_load_n(&mrc_uffd_busy, __ATOMIC_ACQUIRE)) != 0) {
         if (v == 1 && !__atomic_compare_exchange_n(&mrc_uffd_busy, &v, 2, 0, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
             continue;
-        syscall(SYS_futex, &mrc_uffd_busy, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+        mrc_sys_futex(&mrc_uffd_busy, FUTEX_WAIT_PRIVATE, 2, NULL);
     }
     errno = saved;
 }
@@ -88,7 +87,7 @@ void mrc_uffd_quiesce_wait(void)
 int mrc_uffd_fd_ours(int f)
 {
     struct stat st;
-    return f >= 0 && fstat(f, &st) == 0 && st.st_ino == fd_ino && st.st_dev == fd_dev;
+    return f >= 0 && mrc_sys_fstat(f, &st) == 0 && st.st_ino == fd_ino && st.st_dev == fd_dev;
 }
 
 /* The state, and what follows it: mrc_uffd_watching (the inline checks) and the mremap
@@ -137,19 +136,19 @@ void mrc_uffd_lose(const char *why)
 static void kick(void)
 {
     if (kick_page)
-        syscall(SYS_madvise, kick_page, (size_t)mrc_monitor.page_size, MADV_DONTNEED);
+        mrc_sys_madvise(kick_page, (size_t)mrc_monitor.page_size, MADV_DONTNEED);
 }
 
 /* A duplicate of ours on a free number outside [lo, hi], never 0-2 (the standard
  * streams a daemon reopens), or -1. */
 static int dup_outside(int cur, unsigned lo, unsigned hi)
 {
-    int m = (int)syscall(SYS_fcntl, cur, F_DUPFD_CLOEXEC, 3);
+    int m = mrc_sys_fcntl(cur, F_DUPFD_CLOEXEC, 3);
     if (m >= 0 && ((unsigned)m < lo || (unsigned)m > hi))
         return m;
     if (m >= 0)
-        syscall(SYS_close, m);
-    return hi < INT_MAX ? (int)syscall(SYS_fcntl, cur, F_DUPFD_CLOEXEC, (long)hi + 1) : -1;
+        mrc_sys_close(m);
+    return hi < INT_MAX ? mrc_sys_fcntl(cur, F_DUPFD_CLOEXEC, (long)hi + 1) : -1;
 }
 
 /* The program is about to close [lo, hi] or put another file on a number in it. Ours
@@ -202,7 +201,7 @@ static int after_call(int rc, int failed, int left)
     if (failed && left >= 0) {
         int saved = errno;
         if (mrc_uffd_fd_ours(left))
-            syscall(SYS_close, left);
+            mrc_sys_close(left);
         errno = saved;
     }
     return rc;
@@ -211,7 +210,7 @@ static int after_call(int rc, int failed, int left)
 static int real_close_range(unsigned lo, unsigned hi, int flags)
 {
     return mrc_real.close_range ? mrc_real.close_range(lo, hi, flags)
-                                : (int)syscall(SYS_close_range, lo, hi, flags);
+                                : mrc_sys_close_range(lo, hi, flags);
 }
 
 int mrc_uffd_close(int f)
@@ -219,7 +218,7 @@ int mrc_uffd_close(int f)
     int left;
     if (f >= 0)
         lose_to_program(evict((unsigned)f, (unsigned)f, &left));
-    return mrc_real.close ? mrc_real.close(f) : (int)syscall(SYS_close, f);
+    return mrc_real.close ? mrc_real.close(f) : mrc_sys_close(f);
 }
 
 int mrc_uffd_close_range(unsigned lo, unsigned hi, int flags)
@@ -255,7 +254,7 @@ int mrc_uffd_dup2(int old, int new_)
     int left = -1;
     if (old != new_ && new_ >= 0)
         lose_to_program(evict((unsigned)new_, (unsigned)new_, &left));
-    int rc = mrc_real.dup2 ? mrc_real.dup2(old, new_) : (int)syscall(SYS_dup2, old, new_);
+    int rc = mrc_real.dup2 ? mrc_real.dup2(old, new_) : mrc_sys_dup2(old, new_);
     return after_call(rc, rc < 0, left);
 }
 
@@ -264,7 +263,7 @@ int mrc_uffd_dup3(int old, int new_, int flags)
     int left = -1;
     if (old != new_ && new_ >= 0)
         lose_to_program(evict((unsigned)new_, (unsigned)new_, &left));
-    int rc = mrc_real.dup3 ? mrc_real.dup3(old, new_, flags) : (int)syscall(SYS_dup3, old, new_, flags);
+    int rc = mrc_real.dup3 ? mrc_real.dup3(old, new_, flags) : mrc_sys_dup3(old, new_, flags);
     return after_call(rc, rc < 0, left);
 }
 
@@ -294,8 +293,8 @@ static void answer_fault(int ufd, const struct uffd_msg *m)
     uint64_t pg = mrc_monitor.page_size;
     struct uffdio_writeprotect wp = { .range = { m->arg.pagefault.address & ~(pg - 1), pg }, .mode = 0 };
     mrc_stat_add(MRC_STAT_UFFD_FAULTS, 1);     /* before the thread resumes and may look */
-    if (syscall(SYS_ioctl, ufd, UFFDIO_WRITEPROTECT, &wp) != 0)
-        syscall(SYS_ioctl, ufd, UFFDIO_WAKE, &wp.range);
+    if (mrc_sys_ioctl(ufd, UFFDIO_WRITEPROTECT, &wp) != 0)
+        mrc_sys_ioctl(ufd, UFFDIO_WAKE, &wp.range);
 }
 
 /* One event; returns whether it discarded pages a live registration needed, while
@@ -345,7 +344,7 @@ static void retire(void)
     pthread_mutex_lock(&mrc_uffd_lock);
     int f = __atomic_exchange_n(&mrc_uffd_fd, -1, __ATOMIC_ACQ_REL);
     if (f >= 0 && mrc_uffd_fd_ours(f))
-        syscall(SYS_close, f);
+        mrc_sys_close(f);
     pthread_mutex_unlock(&mrc_uffd_lock);
 }
 
@@ -390,7 +389,7 @@ static void *handler_main(void *arg)
         agree = 0;
         if (p.revents & POLLERR) {
             /* Poll needs O_NONBLOCK, and the program cleared it on our file. */
-            if (syscall(SYS_fcntl, cur, F_SETFL, O_NONBLOCK) != 0) {
+            if (mrc_sys_fcntl(cur, F_SETFL, O_NONBLOCK) != 0) {
                 mrc_uffd_lose("its descriptor cannot be polled");
                 break;
             }
@@ -399,12 +398,12 @@ static void *handler_main(void *arg)
         /* Busy before the read: the unmapping thread resumes at the read, and must not
          * find the old entry until it is invalidated. */
         __atomic_store_n(&mrc_uffd_busy, 1, __ATOMIC_SEQ_CST);
-        ssize_t n = read(cur, msg, sizeof(msg));
+        ssize_t n = mrc_sys_read(cur, msg, sizeof(msg));
         int changed = 0;
         for (ssize_t i = 0; i < n / (ssize_t)sizeof(msg[0]); i++)
             changed |= handle(cur, &msg[i]);
         if (__atomic_exchange_n(&mrc_uffd_busy, 0, __ATOMIC_RELEASE) == 2)
-            syscall(SYS_futex, &mrc_uffd_busy, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+            mrc_sys_futex(&mrc_uffd_busy, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
         if (changed && drain_fn)
             drain_fn(drain_arg);
     }
@@ -452,33 +451,33 @@ int mrc_uffd_on(void)
 
 static int open_fd(void)
 {
-    int f = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    int f = mrc_sys_userfaultfd(O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
     /* Before Linux 5.11 the flag is unknown; nor is it needed there. */
     if (f < 0 && errno == EINVAL)
-        f = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+        f = mrc_sys_userfaultfd(O_CLOEXEC | O_NONBLOCK);
     if (f < 0) {
         SAY("uffd: userfaultfd refused (%s%s); raw unmap system calls on registered memory are not seen",
             strerror(errno), errno == EPERM ? ": a seccomp filter, or vm.unprivileged_userfaultfd=0" : "");
         return -1;
     }
     struct uffdio_api api = { .api = UFFD_API, .features = FEATURES };
-    if (syscall(SYS_ioctl, f, UFFDIO_API, &api) != 0 || !(api.ioctls & (1ull << _UFFDIO_REGISTER))) {
+    if (mrc_sys_ioctl(f, UFFDIO_API, &api) != 0 || !(api.ioctls & (1ull << _UFFDIO_REGISTER))) {
         SAY("uffd: the kernel does not report unmap events to a userfaultfd (%s); raw unmap system calls on "
             "registered memory are not seen",
             strerror(errno));
-        syscall(SYS_close, f);
+        mrc_sys_close(f);
         return -1;
     }
     /* Never on a standard stream's number: a daemon closes those and reopens them. */
     if (f < 3) {
-        int high = (int)syscall(SYS_fcntl, f, F_DUPFD_CLOEXEC, 3);
-        syscall(SYS_close, f);
+        int high = mrc_sys_fcntl(f, F_DUPFD_CLOEXEC, 3);
+        mrc_sys_close(f);
         f = high;
     }
     struct stat st;
-    if (f < 0 || fstat(f, &st) != 0) {
+    if (f < 0 || mrc_sys_fstat(f, &st) != 0) {
         if (f >= 0)
-            syscall(SYS_close, f);
+            mrc_sys_close(f);
         return -1;
     }
     fd_dev = st.st_dev;
@@ -503,13 +502,13 @@ static int selftest(void)
     p[0] = 1;
     int err = mrc_uffd_register_raw(mrc_uffd_fd, (uintptr_t)p, (uintptr_t)p + 2 * pg);
     if (err) {
-        syscall(SYS_munmap, p, 2 * pg);
+        mrc_sys_munmap(p, 2 * pg);
         return -err;
     }
     __atomic_store_n(&probe_seen, 0, __ATOMIC_RELAXED);
     probe_lo = (uintptr_t)p;
     __atomic_store_n(&probe_hi, (uintptr_t)p + pg, __ATOMIC_RELEASE);
-    syscall(SYS_munmap, p, pg);     /* returns once the handler has read the event ... */
+    mrc_sys_munmap(p, pg);     /* returns once the handler has read the event ... */
     mrc_uffd_quiesce();             /* ... which it has handled once no longer busy */
     __atomic_store_n(&probe_hi, 0, __ATOMIC_RELEASE);
     kick_page = p + pg;
@@ -528,7 +527,7 @@ static int start_locked(void)
         SAY("uffd: cannot start the event thread (%s); raw unmap system calls on registered memory are not "
             "seen", strerror(rc));
         __atomic_store_n(&mrc_uffd_fd, -1, __ATOMIC_RELEASE);
-        syscall(SYS_close, f);
+        mrc_sys_close(f);
         return 0;
     }
     /* If the test fails the descriptor stays open and read: a range it watched must
@@ -564,9 +563,9 @@ void mrc_uffd_child_reset(void)
     int f = mrc_uffd_fd;
     mrc_uffd_fd = -1;
     if (f >= 0)
-        syscall(SYS_close, f);
+        mrc_sys_close(f);
     if (kick_page)
-        syscall(SYS_munmap, kick_page, (size_t)mrc_monitor.page_size);
+        mrc_sys_munmap(kick_page, (size_t)mrc_monitor.page_size);
     kick_page = NULL;
     mrc_uffd_busy = 0;
     probe_hi = 0;

@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include "monitor/uffd_ranges.h"
 #include "monitor/unmap.h"
 #include "util/real.h"
+#include "util/sys.h"
 
 #define HUGE_2M (2ull << 20)
 #define UNREG_TRIES 64   /* ioctls one unwatch may spend on ranges the kernel refuses */
@@ -52,13 +52,13 @@ static unsigned long map_refusals;
 int mrc_uffd_register_raw(int f, uint64_t start, uint64_t end)
 {
     struct uffdio_register r = { .range = { start, end - start }, .mode = UFFDIO_REGISTER_MODE_WP };
-    return syscall(SYS_ioctl, f, UFFDIO_REGISTER, &r) == 0 ? 0 : errno;
+    return mrc_sys_ioctl(f, UFFDIO_REGISTER, &r) == 0 ? 0 : errno;
 }
 
 static int unregister_raw(int f, uint64_t start, uint64_t end)
 {
     struct uffdio_range r = { start, end - start };
-    return syscall(SYS_ioctl, f, UFFDIO_UNREGISTER, &r) == 0 ? 0 : errno;
+    return mrc_sys_ioctl(f, UFFDIO_UNREGISTER, &r) == 0 ? 0 : errno;
 }
 
 /* Under the lock: our descriptor, checked, or -1 (then lost). */
@@ -146,16 +146,16 @@ static int page_span(uint64_t addr, uint64_t len, uint64_t *start, uint64_t *end
 /* VMAs of this process now (lines of /proc/self/maps), or -1. */
 static long count_maps(void)
 {
-    int f = (int)syscall(SYS_open, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int f = mrc_sys_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
     if (f < 0)
         return -1;
     char buf[4096];
     long lines = 0;
     ssize_t n;
-    while ((n = read(f, buf, sizeof(buf))) > 0)
+    while ((n = mrc_sys_read(f, buf, sizeof(buf))) > 0)
         for (char *q = buf; (q = memchr(q, '\n', (size_t)(buf + n - q))); q++)
             lines++;
-    syscall(SYS_close, f);
+    mrc_sys_close(f);
     return n < 0 ? -1 : lines;
 }
 
@@ -177,10 +177,10 @@ static int budget_take(void)
 static long read_max_map_count(void)
 {
     char buf[32];
-    int f = (int)syscall(SYS_open, "/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
-    ssize_t n = f < 0 ? -1 : read(f, buf, sizeof(buf) - 1);
+    int f = mrc_sys_open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC, 0);
+    ssize_t n = f < 0 ? -1 : mrc_sys_read(f, buf, sizeof(buf) - 1);
     if (f >= 0)
-        syscall(SYS_close, f);
+        mrc_sys_close(f);
     if (n <= 0)
         return 65530;   /* the kernel's default */
     buf[n] = 0;
@@ -321,7 +321,7 @@ void mrc_uffd_before_mremap(void *old, size_t old_size, size_t new_size, int fla
 static int read_register_arg(const void *arg, struct uffdio_register *r)
 {
     struct iovec local = { r, sizeof(*r) }, remote = { (void *)(uintptr_t)arg, sizeof(*r) };
-    long n = syscall(SYS_process_vm_readv, getpid(), &local, 1, &remote, 1, 0);
+    long n = mrc_sys_process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
     if (n == (long)sizeof(*r))
         return 1;
     if (n < 0 && errno != EFAULT && arg) {
@@ -339,7 +339,7 @@ int mrc_uffd_register_ioctl(int f, void *arg)
     int cur = __atomic_load_n(&mrc_uffd_fd, __ATOMIC_ACQUIRE);
     if (!real || cur < 0 || f == cur || !read_register_arg(arg, &r) ||
         !page_span(r.range.start, r.range.len, &start, &end))
-        return real ? real(f, UFFDIO_REGISTER, arg) : (int)syscall(SYS_ioctl, f, UFFDIO_REGISTER, arg);
+        return real ? real(f, UFFDIO_REGISTER, arg) : mrc_sys_ioctl(f, UFFDIO_REGISTER, arg);
     int saved = errno;
     /* Invalidated first: from here on nothing cached over the range may be handed out,
      * since its unmaps are no longer reported. */

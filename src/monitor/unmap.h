@@ -14,14 +14,17 @@
 
 #include "monitor/maps.h"
 #include "monitor/sink.h"
+#include "util/interposed.h"
+#include "util/sys.h"       /* MRC_MREMAP_NEW_ADDR */
 
 struct iovec;
 
-/* The entry points a source can watch; bit (1u << MRC_FN_x) in mrc_monitor.patched. */
-enum mrc_fn {
-    MRC_FN_MUNMAP, MRC_FN_MMAP, MRC_FN_MREMAP, MRC_FN_MADVISE, MRC_FN_SHMAT, MRC_FN_SHMDT,
-    MRC_FN_BRK, MRC_FN_LDSO_MUNMAP, MRC_FN_COUNT
-};
+/* The entry points a source can watch, the table's patched rows (util/interposed.h); bit
+ * (1u << MRC_FN_x) in mrc_monitor.patched. */
+#define MRC_FN_ENUM_NOPATCH(id)
+#define MRC_FN_ENUM_SYSCALL(id, ID, sys, shape, follow, label, lost) MRC_FN_##ID,
+#define MRC_FN_ENUM(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(MRC_FN_ENUM_, patch, id)
+enum mrc_fn { MRC_FNS(MRC_FN_ENUM) MRC_FN_COUNT };
 
 /* What every source of the monitor layer shares, set once by mrc_monitor_init (the
  * patched bits by patch.c). */
@@ -46,26 +49,9 @@ extern struct mrc_monitor mrc_monitor;
 /* Wires the monitors to their sink. At start-up, before any source is installed. */
 void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int preload);
 
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4   /* Linux 5.7; older headers lack it */
-#endif
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25     /* Linux 6.1 */
 #endif
-
-/* Sets out to mremap's optional fifth argument (the new address), read as glibc reads it:
- * for both flags that take one. A macro because va_start must be in the variadic
- * function itself. */
-#define MRC_MREMAP_NEW_ADDR(flags, out)                       \
-    do {                                                      \
-        (out) = NULL;                                         \
-        if ((flags) & (MREMAP_FIXED | MREMAP_DONTUNMAP)) {    \
-            va_list mrc_ap_;                                  \
-            va_start(mrc_ap_, flags);                         \
-            (out) = va_arg(mrc_ap_, void *);                  \
-            va_end(mrc_ap_);                                  \
-        }                                                     \
-    } while (0)
 
 /* The next mrc_on_* call of this thread ends in fn instead of libc's function (a chained
  * export: the other library's hook). */

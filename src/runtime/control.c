@@ -21,6 +21,7 @@
 #include "runtime/state.h"
 #include "util/clock.h"
 #include "util/report.h"
+#include "util/sys.h"
 
 _Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V2 &&
                    offsetof(struct mrcache_stats, uffd_events) == MRCACHE_STATS_SIZE_V1,
@@ -247,7 +248,7 @@ int mrc_rt_api_stats_dump(int fd, unsigned flags)
     rc = mrc_report_write(out, &r, json);
     free(mrs);
     if (out != fd && out != 2)
-        close(out);
+        mrc_sys_close(out);
     return rc;
 }
 
@@ -274,7 +275,7 @@ void mrc_rt_dump_at_exit(void)
     if (fd >= 0) {
         mrc_report_write(fd, &r, mrc_rt.cfg.stats_format == MRC_STATS_JSON);
         if (fd != 2)
-            close(fd);
+            mrc_sys_close(fd);
     }
     free(mrs);
 }

@@ -7,7 +7,6 @@
  * (0), the helper sleeps as before. */
 #include <time.h>
 
-#include "runtime/drainer.h"
 #include "runtime/state.h"
 #include "util/clock.h"
 

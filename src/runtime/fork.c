@@ -1,4 +1,6 @@
-/* fork.c - children, by any path. fork() runs the atfork handlers; _Fork(), clone()
+/* fork.c - children, by any path, and the one rule of whether rdma-core's fork-safe mode
+ * is in effect (what fork() must release first, what the warning says). fork() runs the
+ * atfork handlers; _Fork(), clone()
  * without CLONE_VM and syscall(SYS_fork) run none, so a page marked MADV_WIPEONFORK,
  * which the kernel hands every such child zero-filled, tells a child from its parent:
  * the gates read it (two dependent loads), and a child found this way forgets its
@@ -9,23 +11,24 @@
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "backend/odp.h"
 #include "monitor/glibc_heap.h"
 #include "monitor/maps.h"
 #include "monitor/uffd.h"
-#include "runtime/drainer.h"
+#include "runtime/helper.h"
 #include "runtime/live.h"
 #include "runtime/route.h"
 #include "runtime/runtime.h"
 #include "runtime/state.h"
 #include "util/callsite.h"
 #include "util/log.h"
-#include "util/rawmem.h"
 #include "util/real.h"
+#include "util/sys.h"
 #include "util/thread.h"
 
 #ifndef MADV_WIPEONFORK
@@ -37,6 +40,32 @@
 static uint32_t no_page = 1;
 uint32_t *mrc_rt_mark = &no_page;
 
+/* rdma-core's own test of the variables: set, and not "0". */
+static const char *fork_safe_asked(void)
+{
+    static const char *const names[] = { "RDMAV_FORK_SAFE", "IBV_FORK_SAFE" };
+    for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = getenv(names[i]);
+        if (v && strcmp(v, "0"))
+            return names[i];
+    }
+    return NULL;
+}
+
+int mrc_rt_fork_safe(const char **asked)
+{
+    const char *env = fork_safe_asked();
+    if (asked)
+        *asked = env;
+    if (mrc_real_verbs())
+        return 0;   /* no libibverbs: nothing registers */
+    if (mrc_real.is_fork_initialized)
+        return mrc_real.is_fork_initialized() == IBV_FORK_ENABLED;
+    /* rdma-core before 35: in effect whenever asked for, as those releases knew no
+     * kernel that made it unneeded (a program's own ibv_fork_init goes unseen here). */
+    return env != NULL;
+}
+
 void mrc_rt_before_fork(void)
 {
     /* In rdma-core's fork-safe mode (ibv_fork_init, RDMAV_FORK_SAFE, on kernels without
@@ -47,11 +76,10 @@ void mrc_rt_before_fork(void)
     if (!mrc_rt_cache_live() || mrc_verbs_in_reg())
         return;
     int saved = errno;
-    if (!mrc_real_resolve_verbs() && mrc_real.is_fork_initialized &&
-        mrc_real.is_fork_initialized() == IBV_FORK_ENABLED)
+    if (mrc_rt_fork_safe(NULL))
         mrc_cache_flush(&mrc_rt.cache, NULL, NULL);
     else
-        mrc_rt_idle_before_fork();
+        mrc_rt_unpin_before_fork();
     errno = saved;
 }
 
@@ -79,7 +107,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     mrc_verbs_fork_child(&mrc_rt.verbs);
-    mrc_drainer_forget();
+    mrc_helper_forget();
     mrc_live_forget();
     mrc_uffd_child_reset();
     mrc_maps_child_reset();
@@ -104,7 +132,7 @@ void mrc_rt_child_detected(void)
 void mrc_rt_fork_init(void)
 {
     uint32_t *page = mrc_raw_map(4096, 0);
-    if (page && syscall(SYS_madvise, page, 4096, MADV_WIPEONFORK) == 0) {
+    if (page && mrc_sys_madvise(page, 4096, MADV_WIPEONFORK) == 0) {
         page[0] = 1;
         __atomic_store_n(&mrc_rt_mark, page, __ATOMIC_RELEASE);
     } else {

@@ -24,7 +24,7 @@
 #include "monitor/patch.h"
 #include "monitor/uffd.h"
 #include "monitor/unmap.h"
-#include "runtime/drainer.h"
+#include "runtime/helper.h"
 #include "runtime/live.h"
 #include "runtime/route.h"
 #include "runtime/runtime.h"
@@ -56,7 +56,7 @@ static void on_exit_handler(void)
 void mrc_rt_first_registration(void)
 {
     static int done;
-    mrc_drainer_start();   /* cheap once started; a forked child starts its own */
+    mrc_helper_start();    /* cheap once started; a forked child starts its own */
     mrc_uffd_start();      /* the same; before any range is registered, so all are watched */
     if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
         return;
@@ -164,7 +164,7 @@ static void sources_install(void)
         mrc_uffd_configure((cfg->monitor & MRC_MONITOR_UFFD) != 0);
         /* Deregistrations deferred at a discard keep their pages watched and their
          * mappings split until drained: the helper thread drains them. */
-        mrc_uffd_set_drain(mrc_drainer_wake, NULL);
+        mrc_uffd_set_drain(mrc_helper_drain, NULL);
     }
 }
 
@@ -211,7 +211,7 @@ void mrc_init(void)
         .remote_mask = mrc_verbs_remote_mask(),
         .local_super_mask = mrc_verbs_local_super_mask(),
         .remote_policy = mrc_rt.cfg.remote_policy == MRC_CFG_REMOTE_NEVER ? MRC_REMOTE_NEVER : MRC_REMOTE_EXACT,
-        .deferred_full = mrc_drainer_wake,
+        .deferred_full = mrc_helper_drain,
         .admit_armed = &mrc_maps.interest,
         .admit = mrc_rt_admit,
         .keys = mrc_verbs_keys,
@@ -240,7 +240,7 @@ void mrc_init(void)
     mrc_rt_fork_init();
     /* The main thread ending with pthread_exit wakes the helper: glibc ends the process
      * when its last thread ends, and the helper threads must not be that thread for long. */
-    mrc_thread_watch_main(mrc_drainer_watch);
+    mrc_thread_watch_main(mrc_helper_watch);
     MRC_DEBUG("ready: max %llu entries, %llu bytes; monitor %s", (unsigned long long)p.max_entries,
               (unsigned long long)p.max_bytes, mrc_rt_monitor_name());
     __atomic_store_n(&mrc_rt.ready, 2, __ATOMIC_RELEASE);

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "runtime/live.h"
@@ -21,6 +20,7 @@
 #include "runtime/state.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/sys.h"
 
 static struct mrc_live_seg *seg;
 static char seg_path[64];
@@ -57,14 +57,14 @@ struct linux_dirent64 {
 
 void mrc_live_scan(unsigned uid, int all, long only, void (*fn)(unsigned uid, long pid))
 {
-    int dfd = open(MRC_LIVE_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dfd = mrc_sys_open(MRC_LIVE_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (dfd < 0)
         return;
     /* Small: the first registration's thread may have a small stack. */
     char buf[2048] __attribute__((aligned(8)));
     long n;
     size_t plen = strlen(MRC_LIVE_PREFIX);
-    while ((n = syscall(SYS_getdents64, dfd, buf, sizeof(buf))) > 0) {
+    while ((n = mrc_sys_getdents64(dfd, buf, sizeof(buf))) > 0) {
         for (long off = 0; off < n;) {
             struct linux_dirent64 *d = (void *)(buf + off);
             off += d->d_reclen;
@@ -80,7 +80,7 @@ void mrc_live_scan(unsigned uid, int all, long only, void (*fn)(unsigned uid, lo
             fn((unsigned)u, pid);
         }
     }
-    close(dfd);
+    mrc_sys_close(dfd);
 }
 
 /* A segment of this user's whose process is gone (killed, or ended by _exit, which runs
@@ -91,7 +91,7 @@ static void sweep(unsigned uid, long pid)
         return;
     char path[sizeof(seg_path)];
     mrc_live_path(path, sizeof(path), uid, pid);
-    unlink(path);
+    mrc_sys_unlink(path);
 }
 
 /* O_EXCL, so the file is never one somebody else made; one this user's process of the
@@ -99,16 +99,17 @@ static void sweep(unsigned uid, long pid)
  * replaced: the pid is ours now. */
 static int create(const char *path)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = mrc_sys_open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd >= 0 || errno != EEXIST)
         return fd;
     struct stat st;
-    if (lstat(path, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    if (mrc_sys_fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid()) {
         errno = EEXIST;
         return -1;
     }
-    unlink(path);
-    return open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    mrc_sys_unlink(path);
+    return mrc_sys_open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
 static uint32_t *open_segment(void)
@@ -122,21 +123,21 @@ static uint32_t *open_segment(void)
                  strerror(errno));
         return NULL;
     }
-    long p = -1;
+    void *p = MAP_FAILED;
     /* The umask only narrows the mode; a viewer of the same user must write requests.
      * The page is allocated now (fallocate, not ftruncate): on a full /dev/shm the first
      * store into a sparse page would be a SIGBUS, here it is an error and no view. */
-    if (!fchmod(fd, 0600) && !syscall(SYS_fallocate, fd, 0, 0L, (long)sizeof(struct mrc_live_seg)))
-        p = syscall(SYS_mmap, 0, sizeof(struct mrc_live_seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (!mrc_sys_fchmod(fd, 0600) && !mrc_sys_fallocate(fd, 0, 0, (off_t)sizeof(struct mrc_live_seg)))
+        p = mrc_sys_mmap(NULL, sizeof(struct mrc_live_seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int saved = errno;
-    close(fd);
-    if (p == -1) {
-        unlink(path);
+    mrc_sys_close(fd);
+    if (p == MAP_FAILED) {
+        mrc_sys_unlink(path);
         MRC_WARN("no live view of this process (mrcache --top, --flush): cannot map %s: %s", path,
                  strerror(saved));
         return NULL;
     }
-    struct mrc_live_seg *s = (void *)p;
+    struct mrc_live_seg *s = p;
     s->size = sizeof(*s);
     s->pid = (uint64_t)getpid();
     s->start_ticks = mrc_live_start_ticks((long)getpid());
@@ -204,12 +205,12 @@ void mrc_live_serve(void)
 void mrc_live_close(void)
 {
     if (seg)
-        unlink(seg_path);
+        mrc_sys_unlink(seg_path);
 }
 
 void mrc_live_forget(void)
 {
     if (seg)
-        syscall(SYS_munmap, seg, sizeof(*seg));
+        mrc_sys_munmap(seg, sizeof(*seg));
     seg = NULL;
 }

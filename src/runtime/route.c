@@ -19,12 +19,12 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "runtime/route.h"
 #include "util/log.h"
 #include "util/real.h"
+#include "util/sys.h"
 #include "util/thread.h"
 
 #define ROUTE_MAX 64
@@ -58,14 +58,14 @@ static int store_slot(const struct slot *s, void *to)
         return 0;
     }
     int saved = errno, rc = 0;
-    /* Raw system calls: the exported mprotect would look for patched code. */
-    if (syscall(SYS_mprotect, s->ro_page, page_size, PROT_READ | PROT_WRITE)) {
+    /* The system call itself: the exported mprotect would look for patched code. */
+    if (mrc_sys_mprotect((void *)s->ro_page, page_size, PROT_READ | PROT_WRITE)) {
         rc = -errno;
     } else {
         __atomic_store_n(s->at, to, __ATOMIC_RELEASE);
         /* If refused (a split past vm.max_map_count) the page stays writable and the
          * slot is still right: only ld.so's hardening of that page is lost. */
-        if (syscall(SYS_mprotect, s->ro_page, page_size, PROT_READ))
+        if (mrc_sys_mprotect((void *)s->ro_page, page_size, PROT_READ))
             MRC_WARN("free: the read-only page at %p stays writable (mprotect: errno %d)", (void *)s->ro_page, errno);
     }
     errno = saved;
@@ -82,7 +82,7 @@ static int store_slot_alone(int mem, const struct slot *s, void *to)
 {
     if (!s->ro_page || mem < 0)
         return store_slot(s, to);
-    long n = syscall(SYS_pwrite64, mem, &to, sizeof(to), (off_t)(uintptr_t)s->at);
+    long n = mrc_sys_pwrite(mem, &to, sizeof(to), (off_t)(uintptr_t)s->at);
     return n == (long)sizeof(to) ? 0 : store_slot(s, to);
 }
 
@@ -192,7 +192,7 @@ unsigned mrc_route_free_direct(void (*self_free)(void *))
     self = self_free;
     ncands = 0;
     dl_iterate_phdr(collect, NULL);
-    int mem = (int)syscall(SYS_open, "/proc/self/mem", O_RDWR | O_CLOEXEC);
+    int mem = mrc_sys_open("/proc/self/mem", O_RDWR | O_CLOEXEC, 0);
     for (unsigned i = 0; i < ncands; i++) {
         const struct candidate *c = &cands[i];
         uintptr_t v = (uintptr_t)__atomic_load_n(c->s.at, __ATOMIC_ACQUIRE);
@@ -207,7 +207,7 @@ unsigned mrc_route_free_direct(void (*self_free)(void *))
             routed[nrouted++] = c->s;
     }
     if (mem >= 0)
-        syscall(SYS_close, mem);
+        mrc_sys_close(mem);
     __atomic_store_n(&route_on, nrouted != 0, __ATOMIC_RELEASE);
     errno = saved;
     return nrouted;

@@ -70,11 +70,16 @@ void mrc_rt_expire_due(void);
 void mrc_rt_warn_setup(struct mrc_cache_params *p);
 void mrc_rt_warn_first_registration(void);
 
-/* MRCACHE_FORK's release of idle registrations before a fork (idle.c). */
-void mrc_rt_idle_before_fork(void);
+/* MRCACHE_FORK's release of idle registrations before a fork (unpin.c). */
+void mrc_rt_unpin_before_fork(void);
 
 /* Maps the mark page and installs the atfork handlers. From init. */
 void mrc_rt_fork_init(void);
+
+/* Whether rdma-core's fork-safe mode is in effect (fork.c): registrations then mark their
+ * ranges MADV_DONTFORK, so idle cached ones must go before a fork. *asked (if asked) is
+ * the variable that asks for it (RDMAV_FORK_SAFE, IBV_FORK_SAFE), or NULL. Outside hooks. */
+int mrc_rt_fork_safe(const char **asked);
 
 /* Which unmap sources are active, as the statistics name them ("patch+preload+malloc"). */
 const char *mrc_rt_monitor_name(void);

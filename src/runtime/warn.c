@@ -1,13 +1,12 @@
 /* warn.c - warnings that save an operator hours, each printed once and only where its
  * cause is there: at the first registration, MRCACHE_MONITOR=none, rdma-core's fork-safe
- * mode in effect (and RDMAV_HUGEPAGES_SAFE with it), another registration cache in the
+ * mode in effect (fork.c's rule; and RDMAV_HUGEPAGES_SAFE with it), another registration cache in the
  * process (UCX's, with its memory hooks); and, at the registration that makes the
  * registered bytes pass half of RLIMIT_MEMLOCK, that limit. Invariants: the first
  * registration's checks run outside any hook, once per process (a forked child inherits
  * what its parent said); the RLIMIT_MEMLOCK one runs under the cache lock and only
  * formats and writes a line. */
 #include <dlfcn.h>
-#include <infiniband/verbs.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -15,7 +14,6 @@
 
 #include "runtime/state.h"
 #include "util/log.h"
-#include "util/real.h"
 
 static int is_no(const char *v)
 {
@@ -23,35 +21,16 @@ static int is_no(const char *v)
            !strcasecmp(v, "false");
 }
 
-/* Whether an environment variable is set to something other than a no. */
-static int env_on(const char *name)
-{
-    const char *v = getenv(name);
-    return v && !is_no(v);
-}
-
-/* rdma-core's fork-safe mode is in effect: every registration then marks its range
- * MADV_DONTFORK. Without ibv_is_fork_initialized (rdma-core before 35) it is whenever it
- * was asked for, as those releases knew no kernel that made it unneeded. */
-static int fork_safe_on(void)
-{
-    if (mrc_real.is_fork_initialized)
-        return mrc_real.is_fork_initialized() == IBV_FORK_ENABLED;
-    return env_on("RDMAV_FORK_SAFE") || env_on("IBV_FORK_SAFE");
-}
-
 static void warn_fork_safe(void)
 {
-    if (!fork_safe_on())
+    const char *env;
+    if (!mrc_rt_fork_safe(&env))
         return;
-    const char *asked = env_on("RDMAV_FORK_SAFE") ? "RDMAV_FORK_SAFE is set"
-                        : env_on("IBV_FORK_SAFE") ? "IBV_FORK_SAFE is set"
-                                                  : "the program called ibv_fork_init";
-    MRC_WARN("fork-safe mode is on (%s, and this kernel or rdma-core does not make it unneeded): each "
+    MRC_WARN("fork-safe mode is on (%s%s, and this kernel or rdma-core does not make it unneeded): each "
              "registration also calls madvise(MADV_DONTFORK) on its range, which splits mappings toward "
              "vm.max_map_count, registered memory is absent in forked children, and idle cached registrations "
              "are deregistered before every fork (Linux 5.13 with rdma-core 35 need none of it)",
-             asked);
+             env ? env : "the program called ibv_fork_init", env ? " is set" : "");
     /* rdma-core reads it only in fork-safe mode, where it costs every registration a
      * search for its range's page size. */
     if (getenv("RDMAV_HUGEPAGES_SAFE"))

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,7 +21,7 @@
 #include "util/callsite.h"
 #include "util/log.h"
 #include "util/outpath.h"
-#include "util/rawmem.h"
+#include "util/sys.h"
 
 /* uthash's memory: whole pages by raw syscall, so neither our hooks nor the program's
  * allocator ever see the table; out of memory is survivable (the stack counts as other). */
@@ -72,7 +71,7 @@ static void table_free(void *ptr, size_t sz)
     if (!ptr)
         return;
     char *base = (char *)ptr - 16;
-    syscall(SYS_munmap, base, *(size_t *)base);
+    mrc_raw_unmap(base, *(size_t *)base);
 }
 
 void mrc_callsite_init(uint64_t n, uint64_t k)
@@ -292,21 +291,22 @@ static void obj_load(struct sym_obj *o)
     o->fd = -1;
     const char *file = o->name[0] ? o->name : "/proc/self/exe";
     if (!o->name[0]) {
-        ssize_t m = readlink("/proc/self/exe", o->path, sizeof(o->path) - 1);
+        ssize_t m = mrc_sys_readlink("/proc/self/exe", o->path, sizeof(o->path) - 1);
         o->path[m > 0 ? m : 0] = 0;
     } else {
         memcpy(o->path, o->name, sizeof(o->path));
     }
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    int fd = mrc_sys_open(file, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return;
     Elf64_Ehdr eh;
     Elf64_Shdr *sh = NULL;
-    if (pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+    if (mrc_sys_pread(fd, &eh, sizeof(eh), 0) != (ssize_t)sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
         eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr) || !eh.e_shnum)
         goto fail;
     sh = malloc(eh.e_shnum * sizeof(*sh));
-    if (!sh || pread(fd, sh, eh.e_shnum * sizeof(*sh), (off_t)eh.e_shoff) != (ssize_t)(eh.e_shnum * sizeof(*sh)))
+    if (!sh ||
+        mrc_sys_pread(fd, sh, eh.e_shnum * sizeof(*sh), (off_t)eh.e_shoff) != (ssize_t)(eh.e_shnum * sizeof(*sh)))
         goto fail;
     /* The full symbol table names static functions too; a stripped object has only
      * its dynamic one. */
@@ -325,7 +325,7 @@ static void obj_load(struct sym_obj *o)
     Elf64_Sym chunk[256];
     for (size_t done = 0; done < total;) {
         size_t m = total - done < 256 ? total - done : 256;
-        if (pread(fd, chunk, m * sizeof(Elf64_Sym), (off_t)(sh[pick].sh_offset + done * sizeof(Elf64_Sym))) !=
+        if (mrc_sys_pread(fd, chunk, m * sizeof(Elf64_Sym), (off_t)(sh[pick].sh_offset + done * sizeof(Elf64_Sym))) !=
             (ssize_t)(m * sizeof(Elf64_Sym)))
             break;
         for (size_t i = 0; i < m; i++) {
@@ -342,7 +342,7 @@ static void obj_load(struct sym_obj *o)
     return;
 fail:
     free(sh);
-    close(fd);
+    mrc_sys_close(fd);
 }
 
 static struct sym_obj *obj_of(struct symbolizer *z, uintptr_t ip)
@@ -369,7 +369,7 @@ static void symbolizer_free(struct symbolizer *z)
     for (int i = 0; i < z->n; i++) {
         free(z->obj[i].syms);
         if (z->obj[i].fd >= 0)
-            close(z->obj[i].fd);
+            mrc_sys_close(z->obj[i].fd);
     }
     z->n = 0;
 }
@@ -397,7 +397,7 @@ static void symbolize(struct symbolizer *z, uint64_t ip, struct frame_info *f)
             best = &o->syms[i];
     if (!best || best->name >= o->strsize)
         return;
-    ssize_t m = pread(o->fd, f->fn, sizeof(f->fn) - 1, (off_t)(o->stroff + best->name));
+    ssize_t m = mrc_sys_pread(o->fd, f->fn, sizeof(f->fn) - 1, (off_t)(o->stroff + best->name));
     f->fn[m > 0 ? m : 0] = 0;
     f->fn[sizeof(f->fn) - 1] = 0;
     f->fn_off = f->obj_off - best->value;

@@ -1,6 +1,7 @@
 /* log.c - formats a diagnostic into a stack buffer and writes it with write(2); keeps
  * the notes to repeat as one warning later in a fixed buffer; reads small /proc files.
- * Invariant: no malloc, no stdio stream, errno preserved; a message longer than the
+ * Invariant: no malloc, no stdio stream, errno preserved, the kernel reached through
+ * util/sys.h; a message longer than the
  * buffer is truncated, never split. */
 #include <errno.h>
 #include <fcntl.h>
@@ -9,13 +10,14 @@
 #include <unistd.h>
 
 #include "util/log.h"
+#include "util/sys.h"
 
 int mrc_log_level = MRC_LOG_WARN;
 
 int mrc_write_all(int fd, const char *buf, unsigned long len)
 {
     while (len > 0) {
-        ssize_t n = write(fd, buf, len);
+        ssize_t n = mrc_sys_write(fd, buf, len);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -29,10 +31,10 @@ int mrc_write_all(int fd, const char *buf, unsigned long len)
 
 long mrc_read_text(const char *path, char *buf, unsigned long size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd < 0 ? -1 : read(fd, buf, size - 1);
+    int fd = mrc_sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+    ssize_t n = fd < 0 ? -1 : mrc_sys_read(fd, buf, size - 1);
     if (fd >= 0)
-        close(fd);
+        mrc_sys_close(fd);
     if (n <= 0)
         return -1;
     buf[n] = 0;

@@ -12,6 +12,7 @@
 
 #include "util/log.h"
 #include "util/outpath.h"
+#include "util/sys.h"
 
 /* Most specific first: under mpirun inside a Slurm allocation SLURM_PROCID numbers the
  * launcher's daemons, not the ranks, so it is only a last resort. */
@@ -76,7 +77,7 @@ int mrc_outpath_expand(const char *pattern, char *out, size_t size)
 
 static int create_excl(const char *path)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int fd = mrc_sys_open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     return fd >= 0 ? fd : -errno;
 }
 

@@ -9,12 +9,11 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "util/pool.h"
 #include "util/hot.h"
-#include "util/rawmem.h"
+#include "util/sys.h"
 
 #define ARENA_MIN (64u << 10)
 #define ARENA_MAX (64u << 20)
@@ -80,7 +79,7 @@ static int carve_locked(struct mrc_pool *p, struct mrc_pool_chunk *c, int grow)
 static void populate(const struct mrc_pool_chunk *c)
 {
     uintptr_t a = (uintptr_t)c->start & ~(uintptr_t)(PAGE - 1);
-    syscall(SYS_madvise, a, (uintptr_t)c->end - a, MADV_POPULATE_WRITE);
+    mrc_sys_madvise((void *)a, (uintptr_t)c->end - a, MADV_POPULATE_WRITE);
 }
 
 /* Populates, then writes once into every page of the chunk (at an address inside the

@@ -38,72 +38,43 @@ int mrc_real_in_libc(const void *fn)
     return base && object_of(fn) == base;
 }
 
-#define NEXT(field, name) (*(void **)&mrc_real.field = dlsym(RTLD_NEXT, name))
+int mrc_real_libc_ready;
+
+/* The libc rows (interposed.h) by dlsym(RTLD_NEXT), its data by dlvsym. */
+#define LIBC_LOOKUP_LIBC(sym, id) __atomic_store_n((void **)&mrc_real.id, dlsym(RTLD_NEXT, #sym), __ATOMIC_RELAXED);
+#define LIBC_LOOKUP_VERBS(sym, id, version, need)
+#define LIBC_LOOKUP_OWN(sym, id)
+#define LIBC_LOOKUP_LDSO(sym, id)
+#define LIBC_LOOKUP(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(LIBC_LOOKUP_, where, sym, id)
+#define DATA_LOOKUP(sym, id, type, version) mrc_real.id = dlvsym(RTLD_NEXT, #sym, version);
 
 void mrc_real_resolve_libc(void)
 {
-    if (__atomic_load_n(&mrc_real.munmap, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&mrc_real_libc_ready, __ATOMIC_ACQUIRE))
         return;
-    NEXT(mmap, "mmap");
-    NEXT(mremap, "mremap");
-    NEXT(madvise, "madvise");
-    NEXT(shmat, "shmat");
-    NEXT(shmdt, "shmdt");
-    NEXT(brk, "brk");
-    NEXT(sbrk, "sbrk");
-    NEXT(mprotect, "mprotect");
-    NEXT(process_madvise, "process_madvise");
-    NEXT(remap_file_pages, "remap_file_pages");
-    NEXT(ftruncate, "ftruncate");
-    NEXT(ftruncate64, "ftruncate64");
-    NEXT(truncate, "truncate");
-    NEXT(truncate64, "truncate64");
-    NEXT(fallocate, "fallocate");
-    NEXT(fallocate64, "fallocate64");
-    NEXT(open, "open");
-    NEXT(open64, "open64");
-    NEXT(openat, "openat");
-    NEXT(openat64, "openat64");
-    NEXT(open_2, "__open_2");
-    NEXT(open64_2, "__open64_2");
-    NEXT(openat_2, "__openat_2");
-    NEXT(openat64_2, "__openat64_2");
-    NEXT(creat, "creat");
-    NEXT(creat64, "creat64");
-    NEXT(fopen, "fopen");
-    NEXT(fopen64, "fopen64");
-    NEXT(freopen, "freopen");
-    NEXT(freopen64, "freopen64");
-    NEXT(shm_open, "shm_open");
-    NEXT(free, "free");
-    NEXT(realloc, "realloc");
-    NEXT(reallocarray, "reallocarray");
-    NEXT(posix_memalign, "posix_memalign");
-    NEXT(aligned_alloc, "aligned_alloc");
-    NEXT(memalign, "memalign");
-    NEXT(valloc, "valloc");
-    NEXT(pvalloc, "pvalloc");
-    NEXT(malloc_trim, "malloc_trim");
-    NEXT(mallopt, "mallopt");
-    NEXT(fork, "fork");
-    mrc_real.nptl_nthreads = dlvsym(RTLD_NEXT, "__nptl_nthreads", "GLIBC_PRIVATE");
-    NEXT(close, "close");
-    NEXT(close_range, "close_range");
-    NEXT(closefrom, "closefrom");
-    NEXT(dup2, "dup2");
-    NEXT(dup3, "dup3");
-    NEXT(ioctl, "ioctl");
+    MRC_FNS(LIBC_LOOKUP)
+    MRC_DATA(DATA_LOOKUP)
     /* The next free is glibc's only if its code is libc's: one preloaded after us
      * (jemalloc, tcmalloc, mimalloc) or a sanitizer's has chunks that are not glibc's.
      * No dlopen here: this may run inside another allocator's initialisation, and dlopen
      * mallocs. */
     mrc_real_alloc_is_glibc = mrc_real_in_libc((const void *)mrc_real.free);
-    void *munmap_fn = dlsym(RTLD_NEXT, "munmap");
-    __atomic_store_n((void **)&mrc_real.munmap, munmap_fn, __ATOMIC_RELEASE);
+    __atomic_store_n(&mrc_real_libc_ready, 1, __ATOMIC_RELEASE);
 }
 
 static pthread_mutex_t verbs_lock = PTHREAD_MUTEX_INITIALIZER;
 int mrc_real_verbs_ready;
+
+/* The libibverbs rows (interposed.h); found stays 1 if every REQUIRED one is there. */
+#define VERBS_NEED_REQUIRED(id) found &= mrc_real.id != NULL;
+#define VERBS_NEED_OPTIONAL(id)
+#define VERBS_LOOKUP_VERBS(sym, id, version, need)                                                          \
+    *(void **)&mrc_real.id = verbs_sym(lib, #sym, version);                                                 \
+    VERBS_NEED_##need(id)
+#define VERBS_LOOKUP_LIBC(sym, id)
+#define VERBS_LOOKUP_OWN(sym, id)
+#define VERBS_LOOKUP_LDSO(sym, id)
+#define VERBS_LOOKUP(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(VERBS_LOOKUP_, where, sym, id)
 
 static void *verbs_sym(void *lib, const char *name, const char *version)
 {
@@ -121,15 +92,10 @@ int mrc_real_resolve_verbs(void)
     pthread_mutex_lock(&verbs_lock);
     if (!mrc_real_verbs_ready) {
         void *lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
-        *(void **)&mrc_real.reg_mr_iova2 = verbs_sym(lib, "ibv_reg_mr_iova2", "IBVERBS_1.8");
-        *(void **)&mrc_real.reg_dmabuf_mr = verbs_sym(lib, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
-        *(void **)&mrc_real.dereg_mr = verbs_sym(lib, "ibv_dereg_mr", "IBVERBS_1.1");
-        *(void **)&mrc_real.rereg_mr = verbs_sym(lib, "ibv_rereg_mr", "IBVERBS_1.1");
-        *(void **)&mrc_real.dealloc_pd = verbs_sym(lib, "ibv_dealloc_pd", "IBVERBS_1.1");
-        *(void **)&mrc_real.close_device = verbs_sym(lib, "ibv_close_device", "IBVERBS_1.1");
-        *(void **)&mrc_real.is_fork_initialized = verbs_sym(lib, "ibv_is_fork_initialized", "IBVERBS_1.13");
+        int found = 1;
+        MRC_FNS(VERBS_LOOKUP)
         /* The handle from dlopen is kept: libibverbs stays loaded while MRs exist. */
-        if (mrc_real.reg_mr_iova2 && mrc_real.dereg_mr && mrc_real.dealloc_pd && mrc_real.close_device) {
+        if (found) {
             __atomic_store_n(&mrc_real_verbs_ready, 1, __ATOMIC_RELEASE);
         } else {
             MRC_ERROR("libibverbs.so.1 is not loaded or lacks IBVERBS_1.8: registrations fail with ENOSYS");

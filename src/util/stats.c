@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "util/clock.h"
-#include "util/rawmem.h"
 #include "util/stats.h"
+#include "util/sys.h"
 
 const char *const mrc_stat_names[MRC_STAT_LAST] = {
     [MRC_STAT_REQUESTS] = "requests",

@@ -7,10 +7,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "util/real.h"
+#include "util/sys.h"
 #include "util/thread.h"
 
 static unsigned helpers;            /* helpers running (started, not yet leaving) */
@@ -50,11 +50,11 @@ void mrc_thread_leave(void)
 static int proc_stat_threads(char *state, long *threads)
 {
     char buf[1024];
-    int fd = (int)syscall(SYS_open, "/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    int fd = mrc_sys_open("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return -1;
-    long n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-    syscall(SYS_close, fd);
+    long n = mrc_sys_read(fd, buf, sizeof(buf) - 1);
+    mrc_sys_close(fd);
     if (n <= 0)
         return -1;
     buf[n] = 0;
@@ -109,7 +109,7 @@ void mrc_thread_watch_main(void (*left)(void))
     if (pthread_key_create(&main_key, main_key_gone) != 0)
         return;
     main_keyed = 1;
-    if (syscall(SYS_gettid) != getpid())
+    if (mrc_sys_gettid() != getpid())
         return;   /* not the main thread: helpers look by themselves */
     if (pthread_setspecific(main_key, &main_key) == 0)
         __atomic_store_n(&main_left, 0, __ATOMIC_SEQ_CST);

@@ -1,4 +1,4 @@
-/* thread.h - libmrcache's own helper threads (the drainer, the userfaultfd handler), and
+/* thread.h - libmrcache's own helper threads (runtime/helper.c's, the userfaultfd handler), and
  * what they need to know about the program's threads.
  * Invariants: they run with every signal blocked, so a program's handler never runs on
  * them (it could call into the cache, or expect its own threads); they are detached:

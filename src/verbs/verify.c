@@ -30,13 +30,12 @@
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "verbs/verify.h"
 #include "util/log.h"
-#include "util/rawmem.h"
 #include "util/stats.h"
+#include "util/sys.h"
 
 #ifndef MADV_WIPEONFORK
 #define MADV_WIPEONFORK 18
@@ -106,7 +105,7 @@ static const char no_pfn_why[] =
 
 static int pm_open(void)
 {
-    return open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    return mrc_sys_open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
 }
 
 /* The pagemap file of this process, opened again in a forked child: the one inherited
@@ -118,7 +117,7 @@ static int pm_fd(void)
         if (s == PM_CLOSED &&
             __atomic_compare_exchange_n(&V.head->pm_state, &s, PM_OPENING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
             if (V.fd >= 0)
-                close(V.fd);
+                mrc_sys_close(V.fd);
             V.fd = pm_open();
             if (V.fd < 0)
                 verify_off("cannot open /proc/self/pagemap");
@@ -141,7 +140,7 @@ static int pm_read(uint64_t first, unsigned n, uint64_t *out)
     if (fd < 0)
         return PM_UNREADABLE;
     ssize_t want = (ssize_t)(n * sizeof(uint64_t));
-    if (pread(fd, out, (size_t)want, (off_t)(first * sizeof(uint64_t))) != want)
+    if (mrc_sys_pread(fd, out, (size_t)want, (off_t)(first * sizeof(uint64_t))) != want)
         return PM_UNREADABLE;
     for (unsigned i = 0; i < n; i++)
         if ((out[i] & PM_PRESENT) && !(out[i] & PM_PFN_MASK)) {
@@ -364,8 +363,8 @@ void mrc_verify_init(uint64_t period, uint64_t max_entries)
     }
     /* A forked child starts with an empty table and no pagemap file: its registrations
      * are its own, and a record lock held at fork by another thread would never open. */
-    if (syscall(SYS_madvise, m, size, MADV_WIPEONFORK)) {
-        syscall(SYS_munmap, m, size);
+    if (mrc_sys_madvise(m, size, MADV_WIPEONFORK)) {
+        mrc_raw_unmap(m, size);
         verify_off("MADV_WIPEONFORK unsupported (Linux 4.14)");
         return;
     }

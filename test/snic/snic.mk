@@ -26,6 +26,16 @@ $(SNIC_LIB): $(SNIC_OBJS) test/snic/snic.map test/snic/check-plt.sh
 $(SNIC_DIR)/libibverbs.so: $(SNIC_LIB)
 	$(Q)ln -sf libibverbs.so.1 $@
 
+# The same NIC as rdma-core before 35 exports it: no ibv_is_fork_initialized, so fork-safe
+# mode is whatever RDMAV_FORK_SAFE or IBV_FORK_SAFE asks for. Run with
+# LD_LIBRARY_PATH=$(SNIC34_DIR) in place of $(SNIC_DIR).
+SNIC34_DIR := $(BUILD)/snic34
+$(SNIC34_DIR)/libibverbs.so.1: $(SNIC_OBJS) test/snic/snic.map
+	@mkdir -p $(@D)
+	$(Q)sed '/ibv_is_fork_initialized;/d' test/snic/snic.map >$(@D)/snic.map
+	$(call say,LD,$@)$(CC) -shared -o $@ $(SNIC_OBJS) $(LDFLAGS) -Wl,-soname,libibverbs.so.1 \
+	    -Wl,--version-script=$(@D)/snic.map -luring -lpthread
+
 $(BUILD)/test/test_snic: test/snic/test_snic.c test/snic/snic.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
@@ -45,7 +55,7 @@ $(BUILD)/test/snic_linkcheck: test/snic/snic_linkcheck.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) -libverbs -ldl
 
-TEST_BINS += $(SNIC_DEPS) $(BUILD)/test/test_snic $(BUILD)/test/test_snic_plt \
+TEST_BINS += $(SNIC_DEPS) $(SNIC34_DIR)/libibverbs.so.1 $(BUILD)/test/test_snic $(BUILD)/test/test_snic_plt \
              $(BUILD)/test/snic_linkcheck $(BUILD)/test/test_snic_odp
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_snic"
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_snic_plt"

@@ -2,7 +2,7 @@
 # their own (test_callsite.c), through a shim library exporting them.
 STATS_SHIM := $(BUILD)/test/libmrc_statsshim.so
 STATS_SHIM_OBJS := $(addprefix $(BUILD)/obj/,util/callsite.o util/leaks.o util/outpath.o util/report_ext.o util/report_mrs.o \
-                     util/clock.o util/dumpsig.o util/log.o util/stats.o util/pool.o)
+                     util/clock.o util/dumpsig.o util/log.o util/stats.o util/pool.o util/sys.o)
 
 $(STATS_SHIM): test/unit/stats_shim.c $(STATS_SHIM_OBJS)
 	@mkdir -p $(@D)

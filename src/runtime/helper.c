@@ -1,36 +1,34 @@
-/* drainer.c - the cache's helper thread. It deregisters invalidated MRs when the unmap
- * hooks have deferred more than MRCACHE_MAX_DEFERRED bytes (hooks may not deregister,
- * and a program that unmaps registered memory and then makes no verbs call would keep
- * those pages pinned), and it keeps the reserves of the entry and handle pools touched,
- * so that a registration rarely pays a page's first touch (tens of microseconds in some
- * VMs): that work moves here, off the registering thread, it does not go away.
- * Invariants: started outside any hook (at the first registration), and the reserves
- * exist only while it runs; woken with one futex syscall (no allocation, no lock, errno
- * kept), or with none while it polls: after a refill it looks again every POLL_NS for a
- * while (POLLS times without work), since a futex wake costs the waker ~30 us here and
- * a stream of misses asks for a refill every 1024 misses; its word lives in the live
- * segment (runtime/live.h) when there is one, so a viewer in another process wakes it
- * too, to publish a snapshot or flush (futex calls are therefore the shared kind);
- * blocks every signal, so the
- * program's handlers never run on it; never keeps the process alive: once the main
- * thread has left with pthread_exit it looks every WATCH_NS whether the program's
- * threads are all gone, and then returns (glibc ends the process with exit(0) when its
- * last thread ends); until then it sleeps until woken, or with MRCACHE_IDLE_TIMEOUT until
- * the next sweep of idle registrations (expire.c), which it makes; absent in a forked
- * child until its first registration. */
+/* helper.c - the helper thread (helper.h): when it starts, what wakes it, what it runs
+ * and when it ends. It drains the deregistrations the unmap hooks deferred past
+ * MRCACHE_MAX_DEFERRED (hooks may not deregister, and a program that unmaps registered
+ * memory and then makes no verbs call would keep those pages pinned), refills the pools'
+ * reserves (reserve.c), answers the live view (live.c) and makes the idle sweeps
+ * (expire.c); each of those jobs is its own file's, this one only runs them.
+ * Invariants: started outside any hook (at the first registration); woken with one futex
+ * call (no allocation, no lock, errno kept), or with none while it polls: after a refill
+ * it looks again every POLL_NS for a while (POLLS times without work), since a futex wake
+ * costs the waker ~30 us here and a stream of misses asks for a refill every 1024 misses;
+ * its word lives in the live segment (runtime/live.h) when there is one, so a viewer in
+ * another process wakes it too, to publish a snapshot or flush (futex calls are therefore
+ * the shared kind); blocks every signal, so the program's handlers never run on it; never
+ * keeps the process alive: once the main thread has left with pthread_exit it looks
+ * every WATCH_NS whether the program's threads are all gone, and then returns (glibc
+ * ends the process with exit(0) when its last thread ends); until then it sleeps until
+ * woken, or with MRCACHE_IDLE_TIMEOUT until the next sweep; absent in a forked child
+ * until its first registration. */
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/drainer.h"
+#include "runtime/helper.h"
 #include "runtime/live.h"
 #include "runtime/state.h"
 #include "util/log.h"
+#include "util/sys.h"
 #include "util/thread.h"
 
 /* What the thread is asked to do: a deregistration drain or a refill of the pools'
@@ -55,12 +53,11 @@ static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
  * so does this thread, after which glibc exits, here or on the last other helper. */
 static void leave(void)
 {
-    mrc_cache_set_reserve(&mrc_rt.cache, NULL, NULL);
-    mrc_verbs_set_reserve(&mrc_rt.verbs, NULL, NULL);
+    mrc_rt_reserve_take_back();
     mrc_thread_leave();
 }
 
-static void *drainer_main(void *arg)
+static void *helper_main(void *arg)
 {
     (void)arg;
     /* glibc gives a thread its malloc arena at its first malloc or free, with an mmap of
@@ -78,7 +75,7 @@ static void *drainer_main(void *arg)
             if (idle < POLLS) {
                 struct timespec poll = { 0, POLL_NS };
                 idle++;
-                syscall(SYS_futex, wake_word, FUTEX_WAIT, 0, &poll, NULL, 0);
+                mrc_sys_futex(wake_word, FUTEX_WAIT, 0, &poll);
                 continue;
             }
             /* Stop polling before the last look (the futex's own test of the word): a
@@ -87,7 +84,7 @@ static void *drainer_main(void *arg)
             __atomic_store_n(&polling, 0, __ATOMIC_SEQ_CST);
             if (!mrc_thread_main_left()) {
                 struct timespec sweep;
-                syscall(SYS_futex, wake_word, FUTEX_WAIT, 0, mrc_rt_expire_wait(&sweep), NULL, 0);
+                mrc_sys_futex(wake_word, FUTEX_WAIT, 0, mrc_rt_expire_wait(&sweep));
                 continue;
             }
             if (mrc_thread_only_helpers()) {
@@ -95,7 +92,7 @@ static void *drainer_main(void *arg)
                 return NULL;
             }
             struct timespec watch = { 0, WATCH_NS };
-            syscall(SYS_futex, wake_word, FUTEX_WAIT, 0, &watch, NULL, 0);
+            mrc_sys_futex(wake_word, FUTEX_WAIT, 0, &watch);
         }
         if (w & WAKE_REFILL) {
             __atomic_store_n(&polling, 1, __ATOMIC_SEQ_CST);
@@ -103,17 +100,15 @@ static void *drainer_main(void *arg)
         }
         if (w & WAKE_DRAIN)
             mrc_cache_drain(&mrc_rt.cache);
-        if (w & WAKE_REFILL) {
-            mrc_cache_refill(&mrc_rt.cache);
-            mrc_verbs_refill(&mrc_rt.verbs);
-        }
+        if (w & WAKE_REFILL)
+            mrc_rt_reserve_refill();
         if (w & MRC_LIVE_WAKE)
             mrc_live_serve();
     }
     return NULL;
 }
 
-void mrc_drainer_start(void)
+void mrc_helper_start(void)
 {
     if (__atomic_load_n(&started, __ATOMIC_ACQUIRE))
         return;
@@ -122,15 +117,12 @@ void mrc_drainer_start(void)
         uint32_t *shared = mrc_live_open();
         if (shared)
             wake_word = shared;
-        int rc = mrc_thread_start(drainer_main, NULL, "mrcache-drain");
+        int rc = mrc_thread_start(helper_main, NULL, "mrcache-helper");
         if (rc)
             MRC_WARN("cannot start the helper thread (%d): deferred MRs wait for the next verbs call", rc);
         __atomic_store_n(&started, rc == 0, __ATOMIC_RELEASE);
-        if (rc == 0) {
-            mrc_cache_set_reserve(&mrc_rt.cache, mrc_drainer_refill, NULL);
-            mrc_verbs_set_reserve(&mrc_rt.verbs, mrc_drainer_refill, NULL);
-            mrc_drainer_refill(NULL);   /* fill the reserves before the first miss needs them */
-        }
+        if (rc == 0)
+            mrc_rt_reserve_give();
     }
     pthread_mutex_unlock(&start_lock);
 }
@@ -143,28 +135,28 @@ static void wake(uint32_t what)
         __atomic_load_n(&polling, __ATOMIC_SEQ_CST))
         return;
     int saved = errno;
-    syscall(SYS_futex, wake_word, FUTEX_WAKE, 1, NULL, NULL, 0);
+    mrc_sys_futex(wake_word, FUTEX_WAKE, 1, NULL);
     errno = saved;
 }
 
-void mrc_drainer_wake(void *arg)
+void mrc_helper_drain(void *arg)
 {
     (void)arg;
     wake(WAKE_DRAIN);
 }
 
-void mrc_drainer_refill(void *arg)
+void mrc_helper_refill(void *arg)
 {
     (void)arg;
     wake(WAKE_REFILL);
 }
 
-void mrc_drainer_watch(void)
+void mrc_helper_watch(void)
 {
     wake(0);   /* no work: it looks at the threads left, and keeps looking */
 }
 
-void mrc_drainer_forget(void)
+void mrc_helper_forget(void)
 {
     started = 0;
     wake_word = &own_word;

@@ -1,4 +1,4 @@
-/* idle.c - what idle cached registrations would cost the program outside the cache: at
+/* unpin.c - what idle cached registrations would cost the program outside the cache: at
  * fork the kernel copies every pinned anonymous page into the child (256 MiB released
  * to the cache: 256 MiB copied per fork), and pinned pages refuse MADV_COLLAPSE (EAGAIN).
  * Before the real fork, and before a MADV_COLLAPSE the program asks for, idle entries
@@ -12,7 +12,7 @@
 #include "runtime/state.h"
 #include "util/real.h"
 
-void mrc_rt_idle_before_fork(void)
+void mrc_rt_unpin_before_fork(void)
 {
     uint64_t keep = mrc_rt.cfg.fork_keep;
     if (keep == MRC_FORK_KEEP)

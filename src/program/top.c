@@ -3,8 +3,8 @@
  * cache, like top), --once (one snapshot, text or JSON) and --flush PID. Invariants: it
  * reads only the segments its user may open (root: all); a segment whose process is gone
  * (or whose pid now names another process) is removed, and said; it never allocates
- * (nothing of the cache runs here: see main.c), maps with raw system calls, and leaves
- * the terminal as it found it. */
+ * (nothing of the cache runs here: see main.c), reaches the kernel through util/sys.h,
+ * and leaves the terminal as it found it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -16,16 +16,16 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <linux/futex.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "interpose/top.h"
+#include "program/top.h"
 #include "runtime/live.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/sys.h"
 
 #define MAX_PROCS 1024
 #define ANSWER_NS 500000000ull     /* how long a round waits for the helper threads */
@@ -95,7 +95,7 @@ static void sleep_ns(uint64_t ns)
 
 static void forget(const char *path, long pid, int exec)
 {
-    if (!unlink(path) && nremoved < MAX_PROCS) {
+    if (!mrc_sys_unlink(path) && nremoved < MAX_PROCS) {
         removed[nremoved].pid = pid;
         removed[nremoved++].exec = exec;
     }
@@ -108,14 +108,14 @@ static int maps_file(long pid, const char *path)
 {
     char name[64], buf[8192];
     snprintf(name, sizeof(name), "/proc/%ld/maps", pid);
-    int fd = open(name, O_RDONLY | O_CLOEXEC);
+    int fd = mrc_sys_open(name, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return -1;
     size_t plen = strlen(path), have = 0;
     int found = 0;
     ssize_t n;
     /* Each read keeps the last plen bytes of the one before: a name cut by a read is found. */
-    while (!found && (n = read(fd, buf + have, sizeof(buf) - 1 - have)) > 0) {
+    while (!found && (n = mrc_sys_read(fd, buf + have, sizeof(buf) - 1 - have)) > 0) {
         have += (size_t)n;
         buf[have] = 0;
         found = strstr(buf, path) != NULL;
@@ -124,7 +124,7 @@ static int maps_file(long pid, const char *path)
             have = plen;
         }
     }
-    close(fd);
+    mrc_sys_close(fd);
     return found;
 }
 
@@ -133,22 +133,23 @@ static int maps_file(long pid, const char *path)
 static struct mrc_live_seg *attach(const char *path, long pid)
 {
     uint64_t ticks = mrc_live_start_ticks(pid);
-    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    int fd = mrc_sys_open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
     if (fd < 0)
         return NULL;
     struct stat st;
-    long p = -1;
-    if (ticks && !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size >= (off_t)sizeof(struct mrc_live_seg))
-        p = syscall(SYS_mmap, 0, sizeof(struct mrc_live_seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    struct mrc_live_seg *s = p == -1 ? NULL : (void *)p;
+    void *p = MAP_FAILED;
+    if (ticks && !mrc_sys_fstat(fd, &st) && S_ISREG(st.st_mode) &&
+        st.st_size >= (off_t)sizeof(struct mrc_live_seg))
+        p = mrc_sys_mmap(NULL, sizeof(struct mrc_live_seg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    mrc_sys_close(fd);
+    struct mrc_live_seg *s = p == MAP_FAILED ? NULL : p;
     int made = s && __atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) == MRC_LIVE_MAGIC;
     if (!ticks || (made && (s->pid != (uint64_t)pid || s->start_ticks != ticks))) {
         forget(path, pid, 0);
         made = 0;
     }
     if (s && !made)
-        syscall(SYS_munmap, s, sizeof(*s));
+        mrc_sys_munmap(s, sizeof(*s));
     return made ? s : NULL;
 }
 
@@ -158,7 +159,7 @@ static void ask(struct mrc_live_seg *s, int flush, uint32_t *snap_req, uint32_t 
         *flush_req = __atomic_add_fetch(&s->flush_req, 1, __ATOMIC_SEQ_CST);
     *snap_req = __atomic_add_fetch(&s->snap_req, 1, __ATOMIC_SEQ_CST);
     __atomic_fetch_or(&s->wake, MRC_LIVE_WAKE, __ATOMIC_SEQ_CST);
-    syscall(SYS_futex, &s->wake, FUTEX_WAKE, 1, NULL, NULL, 0);
+    mrc_sys_futex(&s->wake, FUTEX_WAKE, 1, NULL);
 }
 
 static int reached(const uint32_t *done, uint32_t req)
@@ -229,7 +230,7 @@ static void round_trip(long only, int flush, uint32_t *flushed)
             mrc_live_path(path, sizeof(path), procs[i].uid, procs[i].pid);
             if (!maps_file(procs[i].pid, path)) {
                 forget(path, procs[i].pid, 1);
-                syscall(SYS_munmap, maps[i], sizeof(*maps[i]));
+                mrc_sys_munmap(maps[i], sizeof(*maps[i]));
                 continue;
             }
         }
@@ -237,7 +238,7 @@ static void round_trip(long only, int flush, uint32_t *flushed)
             *flushed = reached(&maps[i]->flush_done, freq[i]);
         if (copy_snapshot(maps[i], &procs[i].snap))
             procs[i].answered = 0;
-        syscall(SYS_munmap, maps[i], sizeof(*maps[i]));
+        mrc_sys_munmap(maps[i], sizeof(*maps[i]));
         procs[kept++] = procs[i];
     }
     nprocs = kept;
@@ -437,7 +438,7 @@ static void draw(double interval)
 {
     struct winsize ws = { 0 };
     unsigned height = 24, width = 120;
-    if (!ioctl(1, TIOCGWINSZ, &ws) && ws.ws_row && ws.ws_col) {
+    if (!mrc_sys_ioctl(1, TIOCGWINSZ, &ws) && ws.ws_row && ws.ws_col) {
         height = ws.ws_row;
         width = ws.ws_col;
     }
@@ -506,7 +507,7 @@ static int top(double interval)
             if (poll(&pf, 1, ms) <= 0 || !(pf.revents & POLLIN))
                 continue;
             char key;
-            if (read(0, &key, 1) != 1) {
+            if (mrc_sys_read(0, &key, 1) != 1) {
                 pf.fd = -1;   /* end of input: keep refreshing, read no more */
                 continue;
             }

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "mrcache.h"
-#include "interpose/top.h"
+#include "program/top.h"
 #include "util/config.h"
 #include "util/log.h"
 

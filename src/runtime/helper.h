@@ -1,0 +1,34 @@
+/* helper.h - the helper thread: it runs, off the program's threads, what hooks may not do
+ * and what should not delay a registration, each when asked: the deregistrations unmap
+ * hooks deferred (the cache's drain), the refill of the pools' reserves (reserve.c), the
+ * live view's snapshots and flushes (live.c), and the idle sweeps (expire.c). It never
+ * keeps the process alive. */
+#ifndef MRC_HELPER_H
+#define MRC_HELPER_H
+
+/* Starts the thread once and has the reserves given to the pools. Not from a hook. */
+void mrc_helper_start(void);
+
+/* Asks it to drain the deferred deregistrations (the cache's deferred_full callback):
+ * safe in any hook. */
+void mrc_helper_drain(void *arg);
+
+/* Asks it to refill the reserves (the pools' low-reserve callback): the same. */
+void mrc_helper_refill(void *arg);
+
+/* The main thread has left (pthread_exit): the thread then looks, from time to time,
+ * whether the program's threads are all gone, and ends once they are, so that the
+ * process ends as it would without it. Safe in a thread-specific data destructor. */
+void mrc_helper_watch(void);
+
+/* In a forked child: the thread is not there; the next start makes a new one. */
+void mrc_helper_forget(void);
+
+/* The pools' reserves of touched memory (reserve.c): given to the cache's entry pool and
+ * the front-end's handle pool when the helper starts (and filled once), refilled on it
+ * when asked, taken back when it leaves. */
+void mrc_rt_reserve_give(void);
+void mrc_rt_reserve_refill(void);
+void mrc_rt_reserve_take_back(void);
+
+#endif
