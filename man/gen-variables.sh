@@ -1,7 +1,7 @@
 #!/bin/sh
 # gen-variables.sh - the ENVIRONMENT entries of libmrcache(7), made from the library's own
 # table (the MRCACHE_HELP=1 output of a process under the preload), so the manual page
-# cannot drift from the library: test/man/test_man.sh compares the two.
+# cannot drift from the library: test/package/test_man.sh compares the two.
 # Usage: man/gen-variables.sh LIBRARY [PRELOAD_PREFIX]            prints the entries (roff)
 #        man/gen-variables.sh --update LIBRARY [PRELOAD_PREFIX]   rewrites them in man/libmrcache.7
 # (PRELOAD_PREFIX: what must be preloaded first, as a sanitizer build's runtime "libasan.so:")

@@ -794,7 +794,9 @@ static void w_regbig(size_t mib, int cold)
     if (raw == MAP_FAILED)
         die("mmap");
     char *p = (char *)(((uintptr_t)raw + 2 * MIB - 1) & ~(uintptr_t)(2 * MIB - 1));
-    double prep0 = (double)mrc_counter("prepare_ns");
+    long long prep0 = 0, prep1 = 0;
+    if (sys_cached)
+        (void)mrc_counter_read("prepare_ns", &prep0);
     uint64_t t0 = now_ns();
     if (!cold)
         memset(p, 1, len);
@@ -805,7 +807,7 @@ static void w_regbig(size_t mib, int cold)
         fprintf(stderr, "bench: regbig %zu MiB: ibv_reg_mr: %s (RLIMIT_MEMLOCK?); no figures\n", mib, strerror(errno));
         return;
     }
-    double prep = sys_cached ? (double)mrc_counter("prepare_ns") - prep0 : 0;
+    double prep = sys_cached && mrc_counter_read("prepare_ns", &prep1) == 0 ? (double)(prep1 - prep0) : 0;
     struct mrc_page_mix m;
     double entries = mrc_pagescan_mix((uintptr_t)p, (uintptr_t)p + len, &m) == 0 ? (double)m.entries : NAN;
     char key[64];

@@ -3,9 +3,9 @@
 PRELOAD_BINS := $(BUILD)/test/test_unmap_paths $(BUILD)/test/test_verbs $(BUILD)/test/test_expand
 PRELOAD := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB))
 
-$(BUILD)/test/test_%: test/preload/test_%.c test/preload/common.h test/preload/stale.h test/preload/rdma_loop.h test/check.h $(SNIC_DEPS)
+$(BUILD)/test/test_%: test/preload/test_%.c test/lib/common.h test/preload/stale.h test/lib/rdma_loop.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 TEST_BINS += $(PRELOAD_BINS)
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_unmap_paths"
@@ -46,20 +46,20 @@ $(BUILD)/test/libmrc_testplugin.so: test/preload/plugin.c $(SNIC_DEPS)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) $(SNIC_LINK)
 
-$(BUILD)/test/plugin_host: test/preload/plugin_host.c test/check.h | $(DEPS_STAMP)
+$(BUILD)/test/plugin_host: test/preload/plugin_host.c test/lib/check.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest $< -o $@ $(LDFLAGS) -ldl
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) -ldl
 
-$(BUILD)/test/memlock: test/preload/memlock.c test/preload/common.h test/check.h $(SNIC_DEPS)
+$(BUILD)/test/memlock: test/preload/memlock.c test/lib/common.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK)
 
 TEST_BINS += $(BUILD)/test/libmrc_testplugin.so $(BUILD)/test/plugin_host $(BUILD)/test/memlock
 TEST_CMDS += "test/preload/test_process.sh $(BUILD) '$(PRELOAD_PREFIX)'"
 
-$(BUILD)/test/warn_workload: test/preload/warn_workload.c test/preload/common.h test/check.h $(SNIC_DEPS)
+$(BUILD)/test/warn_workload: test/preload/warn_workload.c test/lib/common.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 TEST_BINS += $(BUILD)/test/warn_workload
 TEST_CMDS += "test/preload/test_warnings.sh $(BUILD) '$(PRELOAD_PREFIX)'"

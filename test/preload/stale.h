@@ -18,17 +18,42 @@
 static int expect_stale;
 
 /* Each test registers in a pd of its own: the cache keys on the pd, so a stale entry
- * left by one test (in a run with no source that sees its change) cannot serve another. */
-static inline void new_pd(void)
+ * left by one test (in a run with no source that sees its change) cannot serve another.
+ * The pd is freed inside the test that used it, after its body: ibv_dealloc_pd fails
+ * (EBUSY) while the program still holds an MR of it, so a test that leaves one
+ * registered fails itself, the last one too. The cache's own entries of the pd go with
+ * it (libmrcache flushes them first). */
+static inline void release_pd(void)
 {
-    if (pd)
-        nic_dealloc_pd(pd);
+    if (!pd)
+        return;
+    int rc = nic_dealloc_pd(pd);
+    CHECKF(rc == 0, "ibv_dealloc_pd: %s: an MR of the test's pd is still registered", strerror(rc));
+    pd = NULL;
+}
+
+static inline void alloc_pd(void)
+{
     pd = ibv_alloc_pd(ctx);
     if (!pd) {
         fprintf(stderr, "ibv_alloc_pd failed\n");
         exit(2);
     }
     nic_prepare_pd(pd);     /* a real device's loopback QPs: before the test lays out memory */
+}
+
+/* After each test's body (check_after_test): its pd freed, and a fresh one for what
+ * follows (a test that registers in the pd it finds). */
+static void pd_after_test(void)
+{
+    release_pd();
+    alloc_pd();
+}
+
+static inline void new_pd(void)
+{
+    pd_after_test();
+    check_after_test = pd_after_test;
 }
 
 /* The verdict on a write through a new MR of memory that was changed: in the current

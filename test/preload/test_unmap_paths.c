@@ -343,7 +343,7 @@ static void test_raw_syscall_allocator(void)
 }
 
 /* Raw system calls are seen by the userfaultfd source alone: without it these tests
- * expect the stale MR (a negative control, run by default; test/uffd/uffd.mk runs them
+ * expect the stale MR (a negative control, run by default; test/preload/uffd.mk runs them
  * with it). */
 static void (*raw_body)(void);
 static void as_raw(void)

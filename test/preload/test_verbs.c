@@ -217,8 +217,13 @@ static void test_fork_safe_child_sees_released_memory(void)
         return;
     }
     char *p = map_anon(NULL, 1 << 16, 0);
+    uint64_t live0 = nic_live();
     struct ibv_mr *m = ibv_reg_mr(pd, p, 1 << 16, IBV_ACCESS_LOCAL_WRITE);
     CHECK(m && ibv_dereg_mr(m) == 0);
+    /* The case under test: the cache kept the deregistered MR (else the child's pages
+     * are there whatever libmrcache does before a fork). */
+    CHECKF(nic_live() == live0 + 1, "%llu MRs on the NIC after the release, %llu before: not kept",
+           (unsigned long long)nic_live(), (unsigned long long)live0);
     p[100] = 42;
     pid_t pid = fork();
     if (pid == 0)

@@ -36,18 +36,18 @@ $(SNIC34_DIR)/libibverbs.so.1: $(SNIC_OBJS) test/snic/snic.map
 	$(call say,LD,$@)$(CC) -shared -o $@ $(SNIC_OBJS) $(LDFLAGS) -Wl,-soname,libibverbs.so.1 \
 	    -Wl,--version-script=$(@D)/snic.map -luring -lpthread
 
-$(BUILD)/test/test_snic: test/snic/test_snic.c test/snic/snic.h test/check.h $(SNIC_DEPS)
+$(BUILD)/test/test_snic: test/snic/test_snic.c test/snic/snic.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) $(SNIC_LINK) -lpthread
 
-$(BUILD)/test/test_snic_odp: test/snic/test_snic_odp.c test/snic/snic.h test/check.h $(SNIC_DEPS)
+$(BUILD)/test/test_snic_odp: test/snic/test_snic_odp.c test/snic/snic.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) $(SNIC_LINK)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) $(SNIC_LINK)
 
 # Defines ibv_reg_mr_iova2 itself; exported so the NIC's PLT slot binds to it.
-$(BUILD)/test/test_snic_plt: test/snic/test_snic_plt.c test/snic/snic.h test/check.h $(SNIC_DEPS)
+$(BUILD)/test/test_snic_plt: test/snic/test_snic_plt.c test/snic/snic.h test/lib/check.h $(SNIC_DEPS)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest $< -o $@ $(LDFLAGS) \
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) \
 	    -Wl,--export-dynamic-symbol=ibv_reg_mr_iova2 $(SNIC_LINK) -ldl
 
 # Linked against the system's libibverbs, run against ours by test_abi.sh.

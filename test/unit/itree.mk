@@ -5,9 +5,9 @@
 
 ITREE_TEST := $(BUILD)/test/test_itree
 
-$(ITREE_TEST): test/unit/test_itree.c $(BUILD)/obj/core/itree.o src/core/itree.h test/check.h
+$(ITREE_TEST): test/unit/test_itree.c $(BUILD)/obj/core/itree.o src/core/itree.h test/lib/check.h
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) -Isrc -Itest -o $@ $(filter %.c %.o,$^) $(LDFLAGS)
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Isrc -Itest/lib -o $@ $(filter %.c %.o,$^) $(LDFLAGS)
 
 TEST_BINS += $(ITREE_TEST)
 TEST_CMDS += $(ITREE_TEST)

@@ -2162,16 +2162,6 @@ static void test_destroy_reports_what_is_left(void)
     cache_live = 0;
 }
 
-/* Every test ends with its cache destroyed and checked for what it left. */
-static void (*clean_body)(void);
-static void clean_run(void)
-{
-    clean_body();
-    cache_end();
-}
-#undef RUN
-#define RUN(fn) (clean_body = fn, check_run(#fn, clean_run))
-
 /* A request larger than max_entry_bytes is its caller's alone: deregistered at its
  * release, never pushing the cache's other entries out; smaller ones are cached, and a
  * merge never grows an entry past the bound. */
@@ -2326,6 +2316,7 @@ static void test_pinned_notice_once(void)
 
 int main(void)
 {
+    check_after_test = cache_end;   /* each test's cache destroyed and checked, within it */
     RUN(test_hit_after_release);
     RUN(test_local_rounded_to_pages_and_subrange_hits);
     RUN(test_local_superset_serves_read_only_but_not_reverse);

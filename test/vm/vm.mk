@@ -11,7 +11,7 @@ VM_PROGS   := $(VM_BIN)/vm_stale_mr $(VM_BIN)/vm_regcost $(VM_BIN)/vm_e2e $(VM_B
 # mpicc and the Open MPI runtime come from scripts/install-deps.sh --vm.
 VM_DEPS_STAMP := $(BUILD)/.vm-deps-ok
 # The test/preload/ programs built against the system libibverbs: with no software NIC
-# to find, test/preload/common.h writes through a loopback RDMA WRITE on the device.
+# to find, test/lib/common.h writes through a loopback RDMA WRITE on the device.
 VM_PBIN    := $(VM_BIN)/preload
 # Runs of project programs the guest makes under the preload against rxe, each
 # PROGRAM[:VAR=VALUE,...]; the monitor-off run must see every write land in stale pages,
@@ -33,21 +33,21 @@ VM_PRELOAD_TESTS ?= $(VM_PBIN)/test_unmap_paths \
 VM_PRELOAD_FILES := $(BUILD)/test/libmrc_lazyfree.so $(BUILD)/test/libmrc_fakepatch.so
 VM_PRELOAD_PROGS := $(sort $(foreach r,$(VM_PRELOAD_TESTS),$(firstword $(subst :, ,$(r)))))
 
-$(VM_BIN)/%: test/vm/%.c test/vm/vm_verbs.h test/preload/rdma_loop.h test/check.h | $(DEPS_STAMP)
+$(VM_BIN)/%: test/vm/%.c test/vm/vm_verbs.h test/lib/rdma_loop.h test/lib/check.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest -Itest/vm -Itest/preload -o $@ $< $(LDFLAGS) -libverbs
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest/lib -Itest/vm -Itest/preload -o $@ $< $(LDFLAGS) -libverbs
 
 # snic.h only for its declarations: common.h looks the software NIC's API up at run time,
 # and linking against the system libibverbs proves nothing calls it directly.
-$(VM_PBIN)/test_%: test/preload/test_%.c test/preload/common.h test/preload/rdma_loop.h \
-                   include/mrcache.h test/check.h | $(DEPS_STAMP)
+$(VM_PBIN)/test_%: test/preload/test_%.c test/lib/common.h test/lib/rdma_loop.h \
+                   include/mrcache.h test/lib/check.h | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -libverbs -ldl -lpthread
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest/lib -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -libverbs -ldl -lpthread
 
-$(VM_PBIN)/test_route: test/route/test_route.c test/route/ownfree.c test/route/deny.h test/preload/common.h test/preload/stale.h \
-                       include/mrcache.h test/check.h $(BUILD)/test/libmrc_lazyfree.so | $(DEPS_STAMP)
+$(VM_PBIN)/test_route: test/preload/test_route.c test/preload/ownfree.c test/preload/deny.h test/lib/common.h test/preload/stale.h \
+                       include/mrcache.h test/lib/check.h $(BUILD)/test/libmrc_lazyfree.so | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -L$(BUILD)/test -lmrc_lazyfree \
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Itest/lib -Itest/preload -Itest/snic -o $@ $< $(LDFLAGS) -L$(BUILD)/test -lmrc_lazyfree \
 	    -Wl,-rpath,'$$ORIGIN' -libverbs -ldl -lpthread
 
 $(VM_DEPS_STAMP):

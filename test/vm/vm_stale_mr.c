@@ -1,5 +1,5 @@
 /* vm_stale_mr.c - the stale-MR hazard on a real provider (rxe), loopback RC QP pair
- * (test/preload/rdma_loop.h): register, deregister, munmap, mmap the same address, register
+ * (test/lib/rdma_loop.h): register, deregister, munmap, mmap the same address, register
  * again, RDMA WRITE through the new MR and count what the *current* mapping shows.
  * --expect visible|stale names the passing outcome; --raw writes through the first MR,
  * never deregistered (no cache involved). Prints "ok - NAME" / "not ok - NAME" and

@@ -1,0 +1,32 @@
+# parts.mk - `make bench`'s benchmarks of one part each (reported, never asserted): the
+# cache core's hit and miss cost (cache-bench), the userfaultfd source's costs with and
+# without it (uffd-bench), a verified hit (verify-bench).
+BENCH_PRELOAD := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off
+
+$(BUILD)/test/bench_cache: test/bench/bench_cache.c $(CORE_OBJS)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) -Isrc -o $@ $< $(CORE_OBJS) $(LDFLAGS) -lpthread
+cache-bench: $(BUILD)/test/bench_cache
+	$(BUILD)/test/bench_cache
+bench: cache-bench
+.PHONY: cache-bench
+
+$(BUILD)/test/bench_uffd: test/bench/bench_uffd.c $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Iinclude $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+uffd-bench: $(LIB) $(BUILD)/test/bench_uffd
+	@echo "-- kernel alone"; $(BUILD)/test/bench_uffd kernel
+	@for m in patch,preload patch,preload,uffd; do echo "-- MRCACHE_MONITOR=$$m"; \
+	    $(BENCH_PRELOAD) MRCACHE_MONITOR=$$m MRCACHE_MAX_ENTRIES=16 $(BUILD)/test/bench_uffd verbs; \
+	    $(BENCH_PRELOAD) MRCACHE_MONITOR=$$m $(BUILD)/test/bench_uffd munmap; done
+	@echo "-- the descriptor hooks: without, then with the preload"; $(BUILD)/test/bench_uffd hooks; \
+	    $(BENCH_PRELOAD) MRCACHE_MONITOR=patch,preload,uffd $(BUILD)/test/bench_uffd hooks
+bench: uffd-bench
+.PHONY: uffd-bench
+
+$(BUILD)/test/bench_verify: test/bench/bench_verify.c test/lib/common.h test/lib/rdma_loop.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+verify-bench: $(LIB) $(BUILD)/test/bench_verify
+	@for v in 0 1; do $(BENCH_PRELOAD) MRCACHE_VERIFY=$$v $(BUILD)/test/bench_verify; done
+.PHONY: verify-bench
