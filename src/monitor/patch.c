@@ -107,6 +107,7 @@ static int p_brk(void *a)
 #define TARGET_FROM_LIBC(sym) #sym, MRC_PATCH_FROM_LIBC
 #define TARGET_FROM_LDSO(sym) "ld.so " #sym, MRC_PATCH_FROM_LDSO
 #define TARGET_NOPATCH(...)
+#define TARGET_ENTRY(...)
 #define TARGET_SYSCALL(id, real, name, from, ID, sys, shape, follow, label, lost) \
     [MRC_FN_##ID] = { name, shape, follow, (void *)p_##id, real, (void *)(sys), from, label, lost },
 #define TARGET(sym, id, ret, params, where, patch, guard, plt)                                              \

@@ -111,6 +111,7 @@ static void *hook_of(int fn)
 #define ORIG_YES(id, ID) [MRC_FN_##ID] = (void *)o_##id,
 #define ORIG_NO(id, ID)
 #define ORIG_NOPATCH(...)
+#define ORIG_ENTRY(...)
 #define ORIG_SYSCALL(id, has, ID, sys, shape, follow, label, lost) ORIG_##has(id, ID)
 #define ORIG_ROW(sym, id, ret, params, where, patch, guard, plt)                                            \
     MRC_CASE(ORIG_, patch, id, MRC_CASE(ORIG_HAS_, where, x))

@@ -19,7 +19,7 @@
 #define MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE (1 << 6)
 #endif
 
-#define STUB_SIZE 32
+#define STUB_SIZE MRC_X86_STUB_SIZE
 
 size_t mrc_x86_shape_match(const uint8_t *code, const char *shape)
 {
@@ -250,4 +250,152 @@ uint64_t mrc_x86_swap_head(uint8_t *entry, uint64_t old, const uint8_t *stub)
     sync_cores();
     sys_mprotect((void *)lo, len, PROT_READ | PROT_EXEC);
     return ok ? head : 0;
+}
+
+/* One instruction's layout, as far as moving it needs: its length, and where a
+ * displacement relative to the next instruction sits (RIP-relative operand or branch). */
+struct insn {
+    size_t len;
+    size_t rel_at;      /* 0: none */
+    int rel_size;       /* 1 or 4 */
+    int kind;           /* 0 plain, 1 jcc rel8, 2 jmp rel8, 3 ends the function (ret, jmp) */
+};
+
+/* The ModRM operand's bytes after the ModRM byte itself; *rip set if RIP-relative. */
+static size_t modrm_extra(const uint8_t *m, int *rip)
+{
+    unsigned mod = m[0] >> 6, rm = m[0] & 7;
+    *rip = mod == 0 && rm == 5;
+    if (mod == 3)
+        return 0;
+    size_t n = 0;
+    if (rm == 4) {
+        n = 1;
+        if (mod == 0 && (m[1] & 7) == 5)
+            return n + 4;
+    }
+    return n + (mod == 1 ? 1 : mod == 2 || *rip ? 4 : 0);
+}
+
+/* Decodes the compiler prologue instructions seen at libibverbs' entry points and
+ * those like them (moves, pushes, arithmetic, tests, lea, branches); 0 for anything
+ * else, which is then left alone. */
+static int decode(const uint8_t *c, struct insn *in)
+{
+    size_t i = 0;
+    int opsize16 = 0;
+    memset(in, 0, sizeof(*in));
+    while (i < 4 && (c[i] == 0x66 || c[i] == 0xf2 || c[i] == 0xf3 || c[i] == 0x2e || c[i] == 0x3e ||
+                     c[i] == 0x26 || c[i] == 0x64 || c[i] == 0x65 || c[i] == 0x36))
+        opsize16 |= c[i++] == 0x66;
+    int rexw = 0;
+    if ((c[i] & 0xf0) == 0x40)
+        rexw = (c[i++] & 8) != 0;
+    uint8_t op = c[i++];
+    int modrm = 0, rip = 0;
+    size_t imm = 0;
+    if (op == 0x0f) {
+        uint8_t op2 = c[i++];
+        if ((op2 & 0xf0) == 0x80) {          /* jcc rel32 */
+            in->len = i + 4, in->rel_at = i, in->rel_size = 4;
+            return 1;
+        }
+        if (op2 == 0x1e || op2 == 0x1f || (op2 & 0xf0) == 0x40 || op2 == 0xaf || op2 == 0xb6 || op2 == 0xb7 ||
+            op2 == 0xbe || op2 == 0xbf)
+            modrm = 1;
+        else
+            return 0;
+    } else if ((op & 0xf0) == 0x50 || op == 0x90) {   /* push, pop, nop */
+    } else if ((op & 0xf8) == 0xb8) {
+        imm = rexw ? 8 : 4;
+    } else if ((op & 0xf0) == 0x70) {
+        in->len = i + 1, in->rel_at = i, in->rel_size = 1, in->kind = 1;
+        return 1;
+    } else if (op == 0xeb || op == 0xe9 || op == 0xe8) {
+        in->len = i + (op == 0xeb ? 1 : 4), in->rel_at = i, in->rel_size = op == 0xeb ? 1 : 4;
+        in->kind = op == 0xeb ? 2 : op == 0xe9 ? 3 : 0;
+        return 1;
+    } else if (op == 0xc3) {
+        in->len = i, in->kind = 3;
+        return 1;
+    } else if ((op < 0x40 && (op & 7) < 4) || (op >= 0x84 && op <= 0x8b) || op == 0x8d || op == 0x63 ||
+               op == 0xff || op == 0xd1 || op == 0xd3) {
+        modrm = 1;
+    } else if (op < 0x40 && (op & 7) == 4) {
+        imm = 1;
+    } else if (op < 0x40 && (op & 7) == 5) {
+        imm = opsize16 ? 2 : 4;
+    } else if (op == 0xa8) {
+        imm = 1;
+    } else if (op == 0xa9) {
+        imm = opsize16 ? 2 : 4;
+    } else if (op == 0x80 || op == 0x83 || op == 0xc0 || op == 0xc1 || op == 0xc6 || op == 0x6b) {
+        modrm = 1, imm = 1;
+    } else if (op == 0x81 || op == 0xc7 || op == 0x69) {
+        modrm = 1, imm = opsize16 ? 2 : 4;
+    } else if (op == 0xf6 || op == 0xf7) {
+        modrm = 1, imm = ((c[i] >> 3) & 7) < 2 ? (op == 0xf6 ? 1 : opsize16 ? 2 : 4) : 0;
+    } else {
+        return 0;
+    }
+    if (modrm) {
+        size_t at = i;
+        i += 1 + modrm_extra(c + i, &rip);
+        if (rip)
+            in->rel_at = at + 1, in->rel_size = 4;
+        if (op == 0xff && ((c[at] >> 3) & 7) == 4)
+            in->kind = 3;                             /* jmp *r/m */
+    }
+    in->len = i + imm;
+    return 1;
+}
+
+size_t mrc_x86_relocate(const uint8_t *code, size_t need, uint8_t *to, size_t room)
+{
+    size_t from = 0, out = 0;
+    while (from < need) {
+        struct insn in;
+        if (!decode(code + from, &in) || out + in.len + 4 + 5 > room)
+            return 0;
+        const uint8_t *src = code + from;
+        uint8_t *dst = to + out;
+        if (in.kind == 1 || in.kind == 2) {
+            /* A short branch becomes a near one: the stub is far from the target. */
+            uint64_t target = (uint64_t)(uintptr_t)(src + in.len) + (uint64_t)(int64_t)(int8_t)src[in.rel_at];
+            size_t n = in.kind == 1 ? 6 : 5;
+            if (in.kind == 1)
+                dst[0] = 0x0f, dst[1] = (uint8_t)(0x80 | (src[in.rel_at - 1] & 0x0f));
+            else
+                dst[0] = 0xe9;
+            int64_t d = (int64_t)target - (int64_t)(uintptr_t)(dst + n);
+            if (d != (int32_t)d)
+                return 0;
+            int32_t d32 = (int32_t)d;
+            memcpy(dst + n - 4, &d32, 4);
+            out += n;
+        } else {
+            memcpy(dst, src, in.len);
+            if (in.rel_size == 4) {
+                /* The displacement follows the instruction, and so must point where it did. */
+                int32_t d;
+                memcpy(&d, src + in.rel_at, 4);
+                int64_t nd = (int64_t)d + ((intptr_t)src - (intptr_t)dst);
+                if (nd != (int32_t)nd)
+                    return 0;
+                d = (int32_t)nd;
+                memcpy(dst + in.rel_at, &d, 4);
+            }
+            out += in.len;
+        }
+        from += in.len;
+        if (in.kind == 3)
+            return from >= need ? out : 0;           /* no way back into the function */
+    }
+    int64_t back = (int64_t)(uintptr_t)(code + from) - (int64_t)(uintptr_t)(to + out + 5);
+    if (back != (int32_t)back)
+        return 0;
+    int32_t b = (int32_t)back;
+    to[out] = 0xe9;
+    memcpy(to + out + 1, &b, 4);
+    return out + 5;
 }

@@ -1,7 +1,7 @@
 /* patch_x86.h - the x86-64 machine code behind the patch source: matching an entry
  * point's first bytes against a known shape, writing an absolute jump
- * over them, recognising and moving another library's jump, and the page of stubs next to
- * libc. Knows nothing of which functions are patched or why.
+ * over them, recognising and moving another library's jump, moving a function's first
+ * instructions into a trampoline, and the pages of stubs near the code they serve. Knows nothing of which functions are patched or why.
  * Invariants: code is changed only through RWX pages (other threads may run elsewhere on
  * them), a thread entering an entry point being rewritten sees whole instructions only,
  * and nothing here allocates or uses libc's patched wrappers (its system calls are
@@ -32,6 +32,8 @@ void mrc_x86_sync_init(void);
  * half-new bytes. 0 or -errno (the page could not be made writable). */
 int mrc_x86_write_jump(uint8_t *entry, void *hook);
 
+#define MRC_X86_STUB_SIZE 32
+
 /* A 32-byte stub slot in a page within a rel32 jump of entry, left writable (and still
  * executable: stubs already there may be running) until mrc_x86_stub_seal; NULL if none
  * can be had. mrc_x86_stub_seal(slot, keep) makes the page executable only again, and
@@ -57,5 +59,12 @@ uint64_t mrc_x86_jump_target(const uint8_t *code);
  * in one aligned 8-byte compare-and-swap followed by a serialisation of every thread.
  * Returns the new head, or 0 if the page could not be written or the bytes changed. */
 uint64_t mrc_x86_swap_head(uint8_t *entry, uint64_t old, const uint8_t *stub);
+
+/* Copies the whole instructions that cover the first need bytes of code into to (room
+ * bytes, within a rel32 jump of code), with RIP-relative operands and branches made to
+ * point where they did and short branches made near, followed by a jump back to the
+ * first instruction not copied: a trampoline that runs the original function. Returns
+ * its length, or 0 if an instruction is not one this knows or does not fit. */
+size_t mrc_x86_relocate(const uint8_t *code, size_t need, uint8_t *to, size_t room);
 
 #endif

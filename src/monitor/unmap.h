@@ -22,6 +22,7 @@ struct iovec;
 /* The entry points a source can watch, the table's patched rows (util/interposed.h); bit
  * (1u << MRC_FN_x) in mrc_monitor.patched. */
 #define MRC_FN_ENUM_NOPATCH(id)
+#define MRC_FN_ENUM_ENTRY(id)
 #define MRC_FN_ENUM_SYSCALL(id, ID, sys, shape, follow, label, lost) MRC_FN_##ID,
 #define MRC_FN_ENUM(sym, id, ret, params, where, patch, guard, plt) MRC_CASE(MRC_FN_ENUM_, patch, id)
 enum mrc_fn { MRC_FNS(MRC_FN_ENUM) MRC_FN_COUNT };

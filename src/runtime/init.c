@@ -58,6 +58,7 @@ void mrc_rt_first_registration(void)
     static int done;
     mrc_helper_start();    /* cheap once started; a forked child starts its own */
     mrc_uffd_start();      /* the same; before any range is registered, so all are watched */
+    mrc_rt_bind_verbs();   /* before any handle of ours exists; waits for another thread's */
     if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
         return;
     if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))

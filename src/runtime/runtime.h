@@ -27,6 +27,16 @@ void mrc_rt_guard_exports(const struct mrc_export *list, unsigned n);
  * self_free (libmrcache's own free). */
 void mrc_rt_free_direct(void (*self_free)(void *));
 
+/* From the constructor, after mrc_init: libibverbs' entry points of the table's ENTRY
+ * rows, each with the mrc_real pointer that finds it and our export it is to jump to
+ * (runtime/bind.c does it before the first registration is cached). */
+struct mrc_rt_entry {
+    const char *name;
+    void **real;
+    void *own;
+};
+void mrc_rt_verbs_entries(const struct mrc_rt_entry *list, unsigned n);
+
 struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access);
 struct ibv_mr *mrc_rt_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
                                     int access);

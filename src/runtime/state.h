@@ -88,6 +88,10 @@ const char *mrc_rt_monitor_name(void);
  * exit-time flush and statistics dump. */
 void mrc_rt_first_registration(void);
 
+/* Makes libibverbs' entry points of the table's ENTRY rows lead to our exports (bind.c);
+ * once per process, every caller returning only when it is done. */
+void mrc_rt_bind_verbs(void);
+
 /* The statistics dump to the configured destination: at exit (under the plain name), or
  * now (MRCACHE_DUMP_SIGNAL's, as mrcache_stats_dump's: pattern.N files). */
 void mrc_rt_dump_at_exit(void);

@@ -1,7 +1,7 @@
 /* warn.c - warnings that save an operator hours, each printed once and only where its
  * cause is there: at the first registration, MRCACHE_MONITOR=none, rdma-core's fork-safe
  * mode in effect (fork.c's rule; and RDMAV_HUGEPAGES_SAFE with it), another registration cache in the
- * process (UCX's, with its memory hooks); and, at the registration that makes the
+ * process (UCX's, with its memory hooks; libfabric's, on or switched off by our patches); and, at the registration that makes the
  * registered bytes pass half of RLIMIT_MEMLOCK, that limit. Invariants: the first
  * registration's checks run outside any hook, once per process (a forked child inherits
  * what its parent said); the RLIMIT_MEMLOCK one runs under the cache lock and only
@@ -60,12 +60,34 @@ static void warn_other_cache(void)
         dlclose(ucm);
 }
 
+/* libfabric (1.17) watches memory for its cache with memhooks by default, which refuses
+ * to install over the jump at libc's mmap entry (its log says so only at info level): its
+ * cache is then off and ours serves its repeats. With another of its monitors it caches
+ * beside us, as UCX does. */
+static void warn_libfabric(void)
+{
+    void *fi = dlopen("libfabric.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!fi)
+        return;
+    const char *mon = getenv("FI_MR_CACHE_MONITOR");
+    if (mon && (!strcmp(mon, "uffd") || !strcmp(mon, "kdreg2") || !strcmp(mon, "cuda") || !strcmp(mon, "rocr")))
+        MRC_WARN("libfabric's registration cache is active in this process (FI_MR_CACHE_MONITOR=%s): both caches "
+                 "keep the same registrations pinned; unset it to leave caching to libmrcache",
+                 mon);
+    else if (!mon || strcmp(mon, "disabled"))
+        MRC_WARN("libfabric is loaded: its registration cache stays off under libmrcache (its memhooks monitor "
+                 "does not install over libmrcache's patched libc entry points), and libmrcache serves its repeat "
+                 "registrations; FI_MR_CACHE_MONITOR=disabled says so to libfabric and silences this");
+    dlclose(fi);
+}
+
 void mrc_rt_warn_first_registration(void)
 {
     if (!mrc_rt.cfg.monitor)
         MRC_WARN("MRCACHE_MONITOR=none: unmapped memory is NOT invalidated; registrations may be stale");
     warn_fork_safe();
     warn_other_cache();
+    warn_libfabric();
 }
 
 /* RLIMIT_MEMLOCK when it bounds this process's pinning (finite, no CAP_IPC_LOCK), else 0. */

@@ -28,7 +28,8 @@
  *           start within its first 96, or NULL) are a system call wrapper, rewritten to
  *           jump into p_<id>; the mrc_real pointer then becomes sys, the direct system
  *           call (util/sys.h). ID names MRC_FN_<ID>; label is the self-test's name for
- *           it, lost what goes unseen if another library's patch takes it.
+ *           it, lost what goes unseen if another library's patch takes it; or ENTRY:
+ *           a libibverbs entry point made to jump to our export (runtime/bind.c).
  *   guard   NOGUARD; GUARD (our export is watched against patchers that find it by name,
  *           and reported lost if overwritten); CHAIN(KIND) (the same, chained instead:
  *           MRC_EXPORT_<KIND>, our logic first in x_<id>, then theirs)
@@ -39,8 +40,7 @@
  * A data row (read, never interposed): D(sym, id, type, version): mrc_real.<id> is a
  * const type *, found by dlvsym(RTLD_NEXT, sym, version) with libc's functions.
  *
- * Kinds the table is ready for: patched entry points of libibverbs itself (a where of
- * VERBS and a patch kind whose original stays callable), more libc functions (rows of
+ * Kinds the table is ready for: more libc functions (rows of
  * LIBC with hooks of their own), and the same rows patched in a second libc (the patch
  * source finds each LIBC row's entry in whichever libc it is given). The order of the
  * rows is the order of mrc_real's fields and of the enums. */
@@ -152,24 +152,28 @@
     F(ioctl, ioctl, int, (int, unsigned long, ...), LIBC, NOPATCH, NOGUARD, PLT_NO)
 
 /* interpose/hooks_verbs.c: libibverbs' MR entry points. ibv_reg_mr and ibv_reg_mr_iova
- * are served without the real ones, which would re-enter through ibv_reg_mr_iova2@plt.
- * The versions named are rdma-core's, never the IBVERBS_1.0 compatibility ones. */
+ * are served here without the real ones, which would re-enter through
+ * ibv_reg_mr_iova2@plt: their mrc_real pointers are looked up to be patched, never
+ * called. The versions named are rdma-core's, never the IBVERBS_1.0 compatibility ones.
+ * ENTRY: libibverbs' own entry point is rewritten to jump to our export, for callers that
+ * bound it from a library handle or a deep-bound plugin; mrc_real then runs the original
+ * through a trampoline (runtime/bind.c). */
 #define MRC_FNS_VERBS(F)                                                                                    \
-    F(ibv_reg_mr, reg_mr, struct ibv_mr *, (struct ibv_pd *, void *, size_t, int), OWN, NOPATCH, NOGUARD,   \
-      PLT_NO)                                                                                               \
-    F(ibv_reg_mr_iova, reg_mr_iova, struct ibv_mr *, (struct ibv_pd *, void *, size_t, uint64_t, int), OWN, \
-      NOPATCH, NOGUARD, PLT_NO)                                                                             \
+    F(ibv_reg_mr, reg_mr, struct ibv_mr *, (struct ibv_pd *, void *, size_t, int),                          \
+      VERBS("IBVERBS_1.1", OPTIONAL), ENTRY, NOGUARD, PLT_NO)                                               \
+    F(ibv_reg_mr_iova, reg_mr_iova, struct ibv_mr *, (struct ibv_pd *, void *, size_t, uint64_t, int),      \
+      VERBS("IBVERBS_1.7", OPTIONAL), ENTRY, NOGUARD, PLT_NO)                                               \
     F(ibv_reg_mr_iova2, reg_mr_iova2, struct ibv_mr *, (struct ibv_pd *, void *, size_t, uint64_t, unsigned int), \
-      VERBS("IBVERBS_1.8", REQUIRED), NOPATCH, NOGUARD, PLT_NO)                                             \
+      VERBS("IBVERBS_1.8", REQUIRED), ENTRY, NOGUARD, PLT_NO)                                               \
     F(ibv_reg_dmabuf_mr, reg_dmabuf_mr, struct ibv_mr *, (struct ibv_pd *, uint64_t, size_t, uint64_t, int, int), \
-      VERBS("IBVERBS_1.12", OPTIONAL), NOPATCH, NOGUARD, PLT_NO)                                            \
-    F(ibv_dereg_mr, dereg_mr, int, (struct ibv_mr *), VERBS("IBVERBS_1.1", REQUIRED), NOPATCH, NOGUARD,     \
+      VERBS("IBVERBS_1.12", OPTIONAL), ENTRY, NOGUARD, PLT_NO)                                              \
+    F(ibv_dereg_mr, dereg_mr, int, (struct ibv_mr *), VERBS("IBVERBS_1.1", REQUIRED), ENTRY, NOGUARD,       \
       PLT_NO)                                                                                               \
     F(ibv_rereg_mr, rereg_mr, int, (struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int),            \
-      VERBS("IBVERBS_1.1", OPTIONAL), NOPATCH, NOGUARD, PLT_NO)                                             \
-    F(ibv_dealloc_pd, dealloc_pd, int, (struct ibv_pd *), VERBS("IBVERBS_1.1", REQUIRED), NOPATCH, NOGUARD, \
+      VERBS("IBVERBS_1.1", OPTIONAL), ENTRY, NOGUARD, PLT_NO)                                               \
+    F(ibv_dealloc_pd, dealloc_pd, int, (struct ibv_pd *), VERBS("IBVERBS_1.1", REQUIRED), ENTRY, NOGUARD,   \
       PLT_NO)                                                                                               \
-    F(ibv_close_device, close_device, int, (struct ibv_context *), VERBS("IBVERBS_1.1", REQUIRED), NOPATCH, \
+    F(ibv_close_device, close_device, int, (struct ibv_context *), VERBS("IBVERBS_1.1", REQUIRED), ENTRY,   \
       NOGUARD, PLT_NO)                                                                                      \
     /* Only called, not interposed: enum ibv_fork_status; absent before rdma-core 35. */                    \
     F(ibv_is_fork_initialized, is_fork_initialized, int, (void), VERBS("IBVERBS_1.13", OPTIONAL), NOPATCH,  \
@@ -196,6 +200,7 @@
 #define MRC_K_LDSO LDSO, ()
 #define MRC_K_NOPATCH NOPATCH, ()
 #define MRC_K_SYSCALL(...) SYSCALL, (__VA_ARGS__)
+#define MRC_K_ENTRY ENTRY, ()
 #define MRC_K_NOGUARD NOGUARD, ()
 #define MRC_K_GUARD GUARD, ()
 #define MRC_K_CHAIN(...) CHAIN, (__VA_ARGS__)

@@ -3,7 +3,8 @@
 # (registrations from two threads and a forked child), none without its cause, and
 # nothing at all in a program that never registers: MRCACHE_MONITOR=none; fork-safe mode
 # (RDMAV_FORK_SAFE, IBV_FORK_SAFE) where the kernel does not make it unneeded, and
-# RDMAV_HUGEPAGES_SAFE with it; UCX's registration cache loaded; RLIMIT_MEMLOCK small
+# RDMAV_HUGEPAGES_SAFE with it; UCX's registration cache loaded; libfabric loaded (its
+# cache off under ours, or beside it with another of its monitors); RLIMIT_MEMLOCK small
 # beside what the program registers (as an unprivileged user).
 # Usage: test_warnings.sh BUILD_DIR [PRELOAD_PREFIX]   (prints "ok - name" lines)
 set -u
@@ -14,12 +15,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 report() { if [ "$2" -eq 0 ]; then echo "ok - $1"; else echo "not ok - $1"; fi; }
 skip() { echo "ok - $1 # SKIP $2"; }
-unset RDMAV_FORK_SAFE IBV_FORK_SAFE RDMAV_HUGEPAGES_SAFE UCX_IB_REG_METHODS UCX_MEM_EVENTS
+unset RDMAV_FORK_SAFE IBV_FORK_SAFE RDMAV_HUGEPAGES_SAFE UCX_IB_REG_METHODS UCX_MEM_EVENTS FI_MR_CACHE_MONITOR
 run() { env LD_LIBRARY_PATH="$B/snic" LD_PRELOAD="$PP$B/libmrcache.so" MRCACHE_STATS=off "$@" 2>"$tmp/err"; }
 # The number of libmrcache lines on the last run's stderr matching a pattern.
 count() { grep '^libmrcache\[' "$tmp/err" | grep -c -E -- "$1"; }
 # Any of these warnings (other lines, such as a sanitizer build's notes, are not theirs).
-ANY="MRCACHE_MONITOR=none|fork-safe mode is on|RDMAV_HUGEPAGES_SAFE is set|registration cache is active|RLIMIT_MEMLOCK is"
+ANY="MRCACHE_MONITOR=none|fork-safe mode is on|RDMAV_HUGEPAGES_SAFE is set|registration cache is active|RLIMIT_MEMLOCK is|libfabric is loaded"
 # NAME PATTERN N: the last run succeeded and printed N lines matching PATTERN, and none of
 # the other warnings.
 expect() {
@@ -62,6 +63,19 @@ if run WL_UCX=1 WL_COUNT=0 "$WL"; then
 else
     for t in ucx_rcache_once ucx_rcache_silent_with_direct_registration ucx_rcache_silent_without_memory_events; do
         skip $t "UCX's libuct.so.0 and libucm.so.0 not loadable here (apt-get install libucx0)"
+    done
+fi
+
+if run WL_FABRIC=1 WL_COUNT=0 "$WL"; then
+    run WL_FABRIC=1 "$WL"
+    expect libfabric_cache_off_once "libfabric is loaded: its registration cache stays off" 1
+    run WL_FABRIC=1 FI_MR_CACHE_MONITOR=uffd "$WL"
+    expect libfabric_second_cache_once "libfabric's registration cache is active .FI_MR_CACHE_MONITOR=uffd" 1
+    run WL_FABRIC=1 FI_MR_CACHE_MONITOR=disabled "$WL"
+    expect libfabric_silent_when_its_cache_is_disabled "$ANY" 0
+else
+    for t in libfabric_cache_off_once libfabric_second_cache_once libfabric_silent_when_its_cache_is_disabled; do
+        skip $t "libfabric.so.1 not loadable here (apt-get install libfabric1)"
     done
 fi
 

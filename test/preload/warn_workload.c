@@ -2,8 +2,8 @@
  * WL_SIZE bytes (default 8 of 64 KiB), held until the end, from the main thread and a
  * second one, then (unless WL_FORK=0) a forked child that registers as many; with
  * WL_UCX=1 it first loads UCX's transport layer and memory hooks (as a UCX program has
- * them); WL_COUNT=0 registers nothing. Exit 0, or 3 if WL_UCX=1 and UCX is not
- * installed, 1 if a call fails. */
+ * them), with WL_FABRIC=1 libfabric; WL_COUNT=0 registers nothing. Exit 0, or 3 if
+ * WL_UCX=1 or WL_FABRIC=1 and the library is not installed, 1 if a call fails. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -50,6 +50,8 @@ int main(void)
      * system's libibverbs providers, which the software NIC cannot stand in for). */
     if (getenv("WL_UCX") && (!dlopen("libuct.so.0", RTLD_NOW | RTLD_GLOBAL) ||
                              !dlopen("libucm.so.0", RTLD_NOW | RTLD_NOLOAD)))
+        return 3;
+    if (getenv("WL_FABRIC") && !dlopen("libfabric.so.1", RTLD_NOW | RTLD_GLOBAL))
         return 3;
     open_nic();
     if (!count)

@@ -1,0 +1,22 @@
+# verbs_bind.mk - verbs bound from a library handle and from a deep-bound plugin (test_bind.c):
+# the program does not link libibverbs, so it is built without $(SNIC_LINK).
+$(BUILD)/test/test_bind: test/preload/test_bind.c test/lib/check.h test/snic/snic.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) -ldl
+
+$(BUILD)/test/libmrc_bindplugin.so: test/preload/bind_plugin.c $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) -shared -fPIC -fvisibility=hidden $< -o $@ $(LDFLAGS) $(SNIC_LINK)
+
+BIND_RUN := $(BUILD)/test/test_bind
+BIND_PLUGIN := $(abspath $(BUILD)/test/libmrc_bindplugin.so)
+TEST_BINS += $(BUILD)/test/test_bind $(BUILD)/test/libmrc_bindplugin.so $(SNIC_DEPS)
+TEST_CMDS += $(foreach r,dlvsym dlsym deepbind,"$(PRELOAD) MRCACHE_STATS=off EXPECT_CACHED=1 $(BIND_RUN) $(r) $(BIND_PLUGIN)")
+# Another allocator after the cache, and the userfaultfd source beside the others.
+TEST_CMDS += $(foreach a,$(ALLOCATORS),"$(PRELOAD):$(a) MRCACHE_STATS=off EXPECT_CACHED=1 $(BIND_RUN) dlvsym $(BIND_PLUGIN) 2>/dev/null")
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MONITOR=patch,preload,uffd EXPECT_CACHED=1 $(BIND_RUN) deepbind $(BIND_PLUGIN)"
+# The controls: the same programs without the preload, every registration to the NIC.
+TEST_CMDS += $(foreach r,dlvsym dlsym deepbind,"LD_LIBRARY_PATH=$(SNIC_DIR) EXPECT_CACHED=0 $(BIND_RUN) $(r) $(BIND_PLUGIN)")
+# Python's ctypes: every verb bound from the library's handle.
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off EXPECT_CACHED=1 /usr/bin/python3 test/preload/test_bind_ctypes.py"
+TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) EXPECT_CACHED=0 /usr/bin/python3 test/preload/test_bind_ctypes.py"
