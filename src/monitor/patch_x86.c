@@ -355,14 +355,17 @@ size_t mrc_x86_relocate(const uint8_t *code, size_t need, uint8_t *to, size_t ro
     size_t from = 0, out = 0;
     while (from < need) {
         struct insn in;
-        if (!decode(code + from, &in) || out + in.len + 4 + 5 > room)
+        if (!decode(code + from, &in))
+            return 0;
+        size_t emit = in.kind == 1 ? 6 : in.kind == 2 ? 5 : in.len;   /* short branches grow */
+        if (out + emit + 5 > room)
             return 0;
         const uint8_t *src = code + from;
         uint8_t *dst = to + out;
         if (in.kind == 1 || in.kind == 2) {
             /* A short branch becomes a near one: the stub is far from the target. */
             uint64_t target = (uint64_t)(uintptr_t)(src + in.len) + (uint64_t)(int64_t)(int8_t)src[in.rel_at];
-            size_t n = in.kind == 1 ? 6 : 5;
+            size_t n = emit;
             if (in.kind == 1)
                 dst[0] = 0x0f, dst[1] = (uint8_t)(0x80 | (src[in.rel_at - 1] & 0x0f));
             else

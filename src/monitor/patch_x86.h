@@ -1,7 +1,8 @@
 /* patch_x86.h - the x86-64 machine code behind the patch source: matching an entry
  * point's first bytes against a known shape, writing an absolute jump
  * over them, recognising and moving another library's jump, moving a function's first
- * instructions into a trampoline, and the pages of stubs near the code they serve. Knows nothing of which functions are patched or why.
+ * instructions into a trampoline, and the pages of stubs near the code they serve.
+ * Knows nothing of which functions are patched or why.
  * Invariants: code is changed only through RWX pages (other threads may run elsewhere on
  * them), a thread entering an entry point being rewritten sees whole instructions only,
  * and nothing here allocates or uses libc's patched wrappers (its system calls are

@@ -70,7 +70,7 @@ static void warn_libfabric(void)
     if (!fi)
         return;
     const char *mon = getenv("FI_MR_CACHE_MONITOR");
-    if (mon && (!strcmp(mon, "uffd") || !strcmp(mon, "kdreg2") || !strcmp(mon, "cuda") || !strcmp(mon, "rocr")))
+    if (mon && (!strcmp(mon, "uffd") || !strcmp(mon, "kdreg2")))
         MRC_WARN("libfabric's registration cache is active in this process (FI_MR_CACHE_MONITOR=%s): both caches "
                  "keep the same registrations pinned; unset it to leave caching to libmrcache",
                  mon);
