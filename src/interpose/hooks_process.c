@@ -1,8 +1,13 @@
-/* hooks_process.c - the exported fork: deregisters idle cached MRs first, as
+/* hooks_process.c - every exported call that makes a child with a copy of the memory:
+ * fork, _Fork and clone without CLONE_VM (syscall(3)'s fork, clone and clone3 come
+ * through hooks_syscall.c to the same rule). Each deregisters idle cached MRs first, as
  * MRCACHE_FORK says or rdma-core's fork-safe mode needs (see mrc_rt_before_fork), then
- * forks. posix_spawn and system do not come here: they exec at once, so what the child
- * inherits does not matter; _Fork, clone and syscall(SYS_fork) do not either. */
+ * makes the child: in fork-safe mode the pages of a released registration are otherwise
+ * absent in any child, whichever call made it. Children that share the memory (CLONE_VM:
+ * threads, vfork, posix_spawn, system) need nothing: they see the parent's pages. */
 #include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
 #include <unistd.h>
 
 #include "interpose/export.h"
@@ -18,6 +23,35 @@ MRC_EXPORT pid_t fork(void)
     }
     mrc_rt_before_fork();
     return mrc_real.fork();
+}
+
+MRC_EXPORT pid_t _Fork(void)
+{
+    if (!mrc_real_ensure_libc() || !mrc_real.fork_bare) {
+        errno = ENOSYS;
+        return -1;
+    }
+    mrc_rt_before_fork();
+    return mrc_real.fork_bare();
+}
+
+/* The optional arguments are read whether or not flags asks for them, as glibc's clone
+ * reads their registers and stack slot: it uses each only where flags says so. */
+MRC_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+    va_list ap;
+    va_start(ap, arg);
+    pid_t *parent_tid = va_arg(ap, pid_t *);
+    void *tls = va_arg(ap, void *);
+    pid_t *child_tid = va_arg(ap, pid_t *);
+    va_end(ap);
+    if (!mrc_real_ensure_libc() || !mrc_real.clone) {
+        errno = ENOSYS;
+        return -1;
+    }
+    if (!(flags & CLONE_VM))
+        mrc_rt_before_fork();
+    return mrc_real.clone(fn, stack, flags, arg, parent_tid, tls, child_tid);
 }
 
 MRC_OWN_ALL(MRC_FNS_PROCESS)

@@ -139,8 +139,15 @@
     F(malloc_trim, malloc_trim, int, (size_t), LIBC, NOPATCH, GUARD, PLT_NO)                                \
     F(mallopt, mallopt, int, (int, int), LIBC, NOPATCH, NOGUARD, PLT_NO)
 
-/* interpose/hooks_process.c */
-#define MRC_FNS_PROCESS(F) F(fork, fork, pid_t, (void), LIBC, NOPATCH, NOGUARD, PLT_NO)
+/* interpose/hooks_process.c: every way to make a child that gets a copy of the memory
+ * (the ones that share it, CLONE_VM, need nothing). _Fork is glibc 2.34's. */
+#define MRC_FNS_PROCESS(F)                                                                                  \
+    F(fork, fork, pid_t, (void), LIBC, NOPATCH, NOGUARD, PLT_NO)                                            \
+    F(_Fork, fork_bare, pid_t, (void), LIBC, NOPATCH, NOGUARD, PLT_NO)                                      \
+    F(clone, clone, int, (int (*)(void *), void *, int, void *, ...), LIBC, NOPATCH, NOGUARD, PLT_NO)
+
+/* interpose/hooks_syscall.c: the generic wrapper, for the numbers of the calls above. */
+#define MRC_FNS_SYSCALL(F) F(syscall, syscall, long, (long, ...), LIBC, NOPATCH, NOGUARD, PLT_NO)
 
 /* interpose/hooks_fd.c: the descriptor calls the userfaultfd source must see first. */
 #define MRC_FNS_FD(F)                                                                                       \
@@ -186,7 +193,7 @@
 /* Every function row, in the order of mrc_real's fields and of the enums. */
 #define MRC_FNS(F)                                                                                          \
     MRC_FNS_MEM(F) MRC_FNS_LDSO(F) MRC_FNS_MPROTECT(F) MRC_FNS_FILE(F) MRC_FNS_MALLOC(F) MRC_FNS_PROCESS(F) \
-    MRC_FNS_FD(F) MRC_FNS_VERBS(F)
+    MRC_FNS_SYSCALL(F) MRC_FNS_FD(F) MRC_FNS_VERBS(F)
 
 /* ---- reading the table ----
  * A column holds a kind, bare (LIBC) or with arguments (VERBS("IBVERBS_1.8", REQUIRED)).

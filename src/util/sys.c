@@ -21,11 +21,17 @@ static inline long sc6(long n, long a, long b, long c, long d, long e, long f)
     return r;
 }
 #else
-/* Elsewhere through libc's syscall(3), which no one interposes; its -1 and errno become
- * the kernel's -errno, so that the rule below is the same everywhere. */
+#include <dlfcn.h>
+
+/* Elsewhere through libc's own syscall(3), looked up past ours (interpose/hooks_syscall.c
+ * sends some numbers to our hooks, which call back here); its -1 and errno become the
+ * kernel's -errno, so that the rule below is the same everywhere. */
 static inline long sc6(long n, long a, long b, long c, long d, long e, long f)
 {
-    long r = syscall(n, a, b, c, d, e, f);
+    static long (*next)(long, ...);
+    if (!next)
+        next = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+    long r = next(n, a, b, c, d, e, f);
     return r == -1 ? -errno : r;
 }
 #endif

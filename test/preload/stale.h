@@ -94,19 +94,6 @@ static inline int pagemap_shows_frames(void)
     return (e >> 63) && (e & ((1ull << 55) - 1)) != 0;
 }
 
-/* The kernel directly, as allocators that make their own system calls do: no hook and
- * no patched entry point sees these; only the userfaultfd source does. */
-static inline long inline_syscall6(long n, long a, long b, long c, long d, long e, long f)
-{
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    register long r9 __asm__("r9") = f;
-    long r;
-    __asm__ volatile("syscall" : "=a"(r) : "0"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                     : "rcx", "r11", "memory");
-    return r;
-}
-
 /* Before a child's _exit: deregisters the registrations libmrcache keeps cached, as
  * exit() would (its exit handler does; _exit runs none). The software NIC charges pinned
  * pages to the user, shared by all the user's processes, and an exited process's pins are

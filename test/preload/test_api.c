@@ -55,10 +55,10 @@ static void reg_dereg(struct ibv_pd *in, void *p, size_t len)
 /* Replaces the pages at p with fresh ones through raw syscalls: no hook sees either. */
 static int raw_remap(void *p, size_t len)
 {
-    if (syscall(SYS_munmap, p, len) != 0)
+    if (inline_syscall6(SYS_munmap, (long)p, (long)len, 0, 0, 0, 0) != 0)
         return 0;
-    long q = syscall(SYS_mmap, p, len, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    long q = inline_syscall6(SYS_mmap, (long)p, (long)len, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     return q == (long)(uintptr_t)p;
 }
 

@@ -34,7 +34,7 @@ static struct mrcache_stats stats(void)
 /* The kernel directly: no hook, no patched entry point. */
 static void *raw_mmap(void *hint, size_t len, int flags)
 {
-    long r = syscall(SYS_mmap, hint, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+    long r = RAW_SYSCALL(SYS_mmap, hint, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
     return r == -1 ? NULL : (void *)r;
 }
 
@@ -62,33 +62,33 @@ static void raw_check(change_fn change)
             CHECK(stats().uffd_caught > caught);
         CHECK(ibv_dereg_mr(b) == 0);
     }
-    syscall(SYS_munmap, p, LEN);
+    RAW_SYSCALL(SYS_munmap, p, LEN);
 }
 
 static void ch_munmap(char *p, size_t len)
 {
-    CHECK(syscall(SYS_munmap, p, len) == 0);
+    CHECK(RAW_SYSCALL(SYS_munmap, p, len) == 0);
     CHECK(raw_mmap(p, len, MAP_FIXED_NOREPLACE) == p);
 }
 
 static void ch_madvise(char *p, size_t len)
 {
-    CHECK(syscall(SYS_madvise, p, len, MADV_DONTNEED) == 0);
+    CHECK(RAW_SYSCALL(SYS_madvise, p, len, MADV_DONTNEED) == 0);
 }
 
 static void ch_mremap_away(char *p, size_t len)
 {
     char *to = raw_mmap(NULL, len, 0);
     CHECK(to != NULL);
-    CHECK(to && (char *)syscall(SYS_mremap, p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to) == to);
+    CHECK(to && (char *)RAW_SYSCALL(SYS_mremap, p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to) == to);
     CHECK(raw_mmap(p, len, MAP_FIXED_NOREPLACE) == p);
     if (to)
-        syscall(SYS_munmap, to, len);
+        RAW_SYSCALL(SYS_munmap, to, len);
 }
 
 static void ch_mremap_shrink_grow(char *p, size_t len)
 {
-    CHECK((char *)syscall(SYS_mremap, p, len, len / 2, 0) == p);
+    CHECK((char *)RAW_SYSCALL(SYS_mremap, p, len, len / 2, 0) == p);
     CHECK(raw_mmap(p + len / 2, len / 2, MAP_FIXED_NOREPLACE) == p + len / 2);
 }
 
@@ -121,7 +121,7 @@ static void test_shared_page_stays_watched(void)
     CHECK(inner && ibv_dereg_mr(inner) == 0);
     CHECK(mrcache_flush(other, 0) == 0);    /* the outer registration is deregistered */
     uint64_t caught = stats().uffd_caught;
-    CHECK(syscall(SYS_munmap, p + pg, pg) == 0);
+    CHECK(RAW_SYSCALL(SYS_munmap, p + pg, pg) == 0);
     CHECK(raw_mmap(p + pg, (size_t)pg, MAP_FIXED_NOREPLACE) == p + pg);
     struct ibv_mr *again = ibv_reg_mr(pd, p + pg, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
     CHECK(again != NULL);
@@ -130,7 +130,7 @@ static void test_shared_page_stays_watched(void)
         CHECK(stats().uffd_caught > caught);
         CHECK(ibv_dereg_mr(again) == 0);
     }
-    syscall(SYS_munmap, p, 2 * pg);
+    RAW_SYSCALL(SYS_munmap, p, 2 * pg);
     ibv_dealloc_pd(other);
 }
 
@@ -219,7 +219,7 @@ static void test_fault_is_answered(void)
     CHECK(p[0] == 2);
     CHECK(faults_answered() == before + 1);
     CHECK(mr && ibv_dereg_mr(mr) == 0);
-    syscall(SYS_munmap, p, LEN);
+    RAW_SYSCALL(SYS_munmap, p, LEN);
 }
 
 /* A raw munmap of a registered and released range is still seen (the source watches). */
@@ -229,13 +229,13 @@ static void still_watching(const char *after)
     struct ibv_mr *a = p ? ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE) : NULL;
     CHECK(a && ibv_dereg_mr(a) == 0);
     uint64_t caught = stats().uffd_caught;
-    CHECK(p && syscall(SYS_munmap, p, LEN) == 0);
+    CHECK(p && RAW_SYSCALL(SYS_munmap, p, LEN) == 0);
     CHECK(p && raw_mmap(p, LEN, MAP_FIXED_NOREPLACE) == p);
     struct ibv_mr *b = p ? ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE) : NULL;
     CHECKF(b && write_visible(b, p, LEN, 0x5a), "after %s: stale", after);
     CHECKF(stats().uffd_caught > caught, "after %s: the raw munmap was not seen", after);
     CHECK(b && ibv_dereg_mr(b) == 0);
-    syscall(SYS_munmap, p, LEN);
+    RAW_SYSCALL(SYS_munmap, p, LEN);
 }
 
 /* The program closes or replaces libmrcache's descriptor through libc (a daemon closing
@@ -282,7 +282,7 @@ static void *churn(void *arg)
     for (int i = 0; own && i < 200; i++) {
         char *p = raw_mmap(NULL, 64 << 10, 0);
         struct ibv_mr *mr = p ? ibv_reg_mr(own, p, 64 << 10, IBV_ACCESS_LOCAL_WRITE) : NULL;
-        if (!mr || ibv_dereg_mr(mr) != 0 || syscall(SYS_munmap, p, 64 << 10) != 0) {
+        if (!mr || ibv_dereg_mr(mr) != 0 || RAW_SYSCALL(SYS_munmap, p, 64 << 10) != 0) {
             (*bad)++;
             break;
         }
@@ -293,7 +293,7 @@ static void *churn(void *arg)
             (*bad)++;
         if (mr)
             ibv_dereg_mr(mr);
-        syscall(SYS_munmap, p, 64 << 10);
+        RAW_SYSCALL(SYS_munmap, p, 64 << 10);
     }
     if (!own)
         (*bad)++;
@@ -360,7 +360,7 @@ static void test_refused_degrades(void)
 static char *exit_buf, *churn_buf;
 static void unmap_at_exit(void)
 {
-    CHECK(syscall(SYS_munmap, exit_buf, LEN) == 0);
+    CHECK(RAW_SYSCALL(SYS_munmap, exit_buf, LEN) == 0);
     check_report("unmap_after_libmrcache_exit_handler");
 }
 
@@ -369,7 +369,7 @@ static void *discard_forever(void *arg)
     (void)arg;
     for (unsigned i = 0;; i++) {
         churn_buf[0] = (char)i;
-        syscall(SYS_madvise, churn_buf, LEN, MADV_DONTNEED);
+        RAW_SYSCALL(SYS_madvise, churn_buf, LEN, MADV_DONTNEED);
     }
     return NULL;
 }
@@ -451,8 +451,8 @@ static void test_vma_budget(void)
     CHECK(ok == 1000);
     for (int i = 0; i < 1000; i++)
         if (own[i])
-            syscall(SYS_munmap, own[i], pg);
-    syscall(SYS_munmap, p, 2 * n * pg);
+            RAW_SYSCALL(SYS_munmap, own[i], pg);
+    RAW_SYSCALL(SYS_munmap, p, 2 * n * pg);
 }
 
 /* MRCACHE_MONITOR=auto: the userfaultfd joins exactly when patching falls short
@@ -464,7 +464,7 @@ static void test_auto_rule(void)
     CHECK(mr && ibv_dereg_mr(mr) == 0);
     int want = atoi(getenv("EXPECT_UFFD") ? getenv("EXPECT_UFFD") : "0");
     CHECKF(uffd_on() == want, "uffd %s, expected %s", uffd_on() ? "on" : "off", want ? "on" : "off");
-    syscall(SYS_munmap, p, LEN);
+    RAW_SYSCALL(SYS_munmap, p, LEN);
 }
 
 int main(int argc, char **argv)

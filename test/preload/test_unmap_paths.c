@@ -81,10 +81,30 @@ static void *inline_mmap(void *hint, size_t len, int flags)
     return r < 0 && r > -4096 ? NULL : (void *)r;
 }
 
-static void ch_raw_syscall_munmap(void *p, size_t len)
+/* Through syscall(3), which is hooked as the calls it stands for are. */
+static void ch_syscall3_munmap(void *p, size_t len)
 {
     CHECK(syscall(SYS_munmap, p, len) == 0);
     CHECK(map_anon(p, len, MAP_FIXED_NOREPLACE) == p);
+}
+
+static void ch_syscall3_mmap_fixed(void *p, size_t len)
+{
+    CHECK(syscall(SYS_mmap, p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+          (long)(uintptr_t)p);
+}
+
+static void ch_syscall3_madv_dontneed(void *p, size_t len)
+{
+    CHECK(syscall(SYS_madvise, p, len, MADV_DONTNEED) == 0);
+}
+
+static void ch_syscall3_mremap_move(void *p, size_t len)
+{
+    void *tmp = map_anon(NULL, len, 0);
+    CHECK(tmp && syscall(SYS_mremap, p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, tmp) == (long)(uintptr_t)tmp);
+    CHECK(map_anon(p, len, MAP_FIXED_NOREPLACE) == p);
+    munmap(tmp, len);
 }
 
 static void ch_inline_syscall_munmap(void *p, size_t len)
@@ -304,12 +324,10 @@ static void test_free_keeping_pages_keeps_hits(void)
     free(guard);
 }
 
-static void test_raw_syscall_munmap(void)
-{
-    void *p = map_anon(NULL, LEN, 0);
-    stale_check(p, LEN, ch_raw_syscall_munmap);
-    munmap(p, LEN);
-}
+static void test_syscall3_munmap(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_munmap); munmap(p, LEN); }
+static void test_syscall3_mmap_fixed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_mmap_fixed); munmap(p, LEN); }
+static void test_syscall3_madvise_dontneed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_madv_dontneed); munmap(p, LEN); }
+static void test_syscall3_mremap_move(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_mremap_move); munmap(p, LEN); }
 
 static void test_inline_syscall_munmap(void)
 {
@@ -380,7 +398,10 @@ int main(void)
         check_skip("test_madvise_free_keeps_hit", "the userfaultfd source invalidates on MADV_FREE too");
     else
         RUN(test_madvise_free_keeps_hit);
-    RUN_RAW(test_raw_syscall_munmap);
+    RUN(test_syscall3_munmap);
+    RUN(test_syscall3_mmap_fixed);
+    RUN(test_syscall3_madvise_dontneed);
+    RUN(test_syscall3_mremap_move);
     RUN_RAW(test_inline_syscall_munmap);
     RUN_RAW(test_raw_syscall_allocator);
     /* The rest read glibc's chunk headers: meaningless under a sanitizer's allocator. */

@@ -370,8 +370,8 @@ static int raw_remap_case(struct ibv_pd *p_d)
     if (!m || ibv_dereg_mr(m))
         return 1;
     struct mrcache_stats s0 = stats_now();
-    if (syscall(SYS_munmap, p, len) ||
-        syscall(SYS_mmap, p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) !=
+    if (RAW_SYSCALL(SYS_munmap, p, len) ||
+        RAW_SYSCALL(SYS_mmap, p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) !=
             (long)p)
         return 2;
     memset(p, 2, len);

@@ -2,7 +2,11 @@
  * them: _Fork(), glibc's clone(), clone and clone3 and fork as raw system calls. Such a
  * child shares its parent's device file, as any child does (the software NIC too, having
  * no handler run either). Its registration must pin its own pages, not be handed the
- * parent's cached MR; its exit must not deregister the parent's MRs. */
+ * parent's cached MR; its exit must not deregister the parent's MRs. With
+ * WILD_FORK_SAFE=1 (run in rdma-core's fork-safe mode, on a NIC without copy-on-fork):
+ * registered pages are left out of every child, so a buffer the parent registered and
+ * released must be in the child whichever call made it. */
+#include <dlfcn.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -193,6 +197,26 @@ static void child_collapse_body(void)
     child_releases_body();
 }
 
+/* ---- fork-safe mode: a released registration's pages are in the child ---- */
+
+static int child_reads(void)
+{
+    alarm(30);
+    return child_buf[100] == 42 ? 0 : 1;   /* faults where the page was left out */
+}
+
+static void child_sees_released_body(void)
+{
+    child_buf = map_anon(NULL, LEN, 0);
+    if (!first_registration(child_buf, LEN))
+        return;
+    child_buf[100] = 42;
+    child_body = child_reads;
+    int r = child_result(spawn(cur_how));
+    CHECKF(r == 0, "the child could not read the buffer the parent released (%s)",
+           r < 0 ? "killed: its pages were left out" : "wrong data");
+}
+
 static void run_child_registers(void) { in_child(child_registers_body); }
 static void run_child_fork(void) { in_child(child_fork_body); }
 static void run_child_collapse(void) { in_child(child_collapse_body); }
@@ -214,6 +238,20 @@ int main(void)
         { "fork_keeps_parents_cached_mr", run_child_fork },
         { "madv_collapse_keeps_parents_cached_mr", run_child_collapse },
     };
+    if (getenv("WILD_FORK_SAFE")) {
+        int (*fork_status)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "ibv_is_fork_initialized");
+        if (!fork_status || fork_status() != IBV_FORK_ENABLED) {
+            check_skip("test_child_sees_released_memory", "fork-safe mode is not in effect in this run");
+            CHECK_EXIT();
+        }
+        for (int h = VIA__FORK; h <= VIA_RAW_FORK; h++) {
+            char name[128];
+            snprintf(name, sizeof(name), "test_child_of_%s_sees_released_memory_in_fork_safe_mode", how_name[h]);
+            cur_how = (enum how)h;
+            wild_run(name, child_sees_released_body);
+        }
+        CHECK_EXIT();
+    }
     for (unsigned k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
         for (int h = VIA__FORK; h <= VIA_RAW_FORK; h++) {
             char name[128];

@@ -39,3 +39,9 @@ WILD_RUNS = $(foreach b,$(1),"$(WILD_ENV) $(WILD_PRELOAD) $(WILD_TIMEOUT) $(b)" 
     "$(WILD_ENV) $(WILD_PRELOAD) MRCACHE_SHARED=cache $(WILD_UFFD) $(WILD_TIMEOUT) $(b)") \
     "$(WILD_ENV) $(WILD_TIMEOUT) $(b)")
 TEST_CMDS += $(call WILD_RUNS,$(WILD_THREE_BINS),) $(call WILD_RUNS,$(WILD_FIVE_BINS),1)
+# Fork-safe mode on a NIC without copy-on-fork: the pages of released registrations must
+# be in children made by every call (fork's, _Fork's, clone's, the raw system calls').
+WILD_FORK_SAFE_ENV := SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1 WILD_FORK_SAFE=1
+TEST_CMDS += "$(WILD_ENV) $(WILD_PRELOAD) $(WILD_FORK_SAFE_ENV) $(WILD_TIMEOUT) $(BUILD)/test/test_wild_fork" \
+    "$(WILD_ENV) $(WILD_PRELOAD) $(WILD_UFFD) $(WILD_FORK_SAFE_ENV) $(WILD_TIMEOUT) $(BUILD)/test/test_wild_fork" \
+    "$(WILD_ENV) $(WILD_FORK_SAFE_ENV) $(WILD_TIMEOUT) $(BUILD)/test/test_wild_fork"
