@@ -3,7 +3,8 @@
 # Idempotent and quiet when everything is present; when not root it prints the
 # apt-get line to run and exits non-zero. The default set is everything the tests run:
 # UCX's runtime (test/ucs loads libucs, which patches libc as it loads), jemalloc,
-# tcmalloc and mimalloc (other allocators after us), python3 and matplotlib
+# tcmalloc and mimalloc (other allocators after us), golang-go (a cgo program's Go heap),
+# python3 and matplotlib
 # (mrcache-report and its plots), git (the benchmark patch is checked against the
 # sources), groff and man-db (the manual pages are rendered), shellcheck (mrcache is
 # checked as POSIX sh), tmux (mrcache --top is tested in a real terminal). Extra groups: --vm
@@ -12,7 +13,7 @@
 set -euo pipefail
 
 pkgs=(build-essential pkg-config libibverbs-dev ibverbs-utils uthash-dev libunwind-dev liburing-dev libucx0
-      libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 python3 python3-matplotlib git groff-base man-db shellcheck tmux)
+      libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 golang-go python3 python3-matplotlib git groff-base man-db shellcheck tmux)
 for arg in "$@"; do
     case "$arg" in
         --vm) pkgs+=(qemu-system-x86 busybox-static cpio gzip kmod ibverbs-providers perftest iproute2 libucx0 ucx-utils xz-utils zstd

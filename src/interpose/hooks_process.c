@@ -35,15 +35,16 @@ MRC_EXPORT pid_t _Fork(void)
     return mrc_real.fork_bare();
 }
 
-/* The optional arguments are read whether or not flags asks for them, as glibc's clone
- * reads their registers and stack slot: it uses each only where flags says so. */
+/* The optional arguments passed in registers are read whether or not flags asks for
+ * them, as glibc's clone reads them (it uses each only where flags says so); the last,
+ * on the caller's stack, only where flags says the caller passed it. */
 MRC_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
 {
     va_list ap;
     va_start(ap, arg);
     pid_t *parent_tid = va_arg(ap, pid_t *);
     void *tls = va_arg(ap, void *);
-    pid_t *child_tid = va_arg(ap, pid_t *);
+    pid_t *child_tid = flags & (CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID) ? va_arg(ap, pid_t *) : NULL;
     va_end(ap);
     if (!mrc_real_ensure_libc() || !mrc_real.clone) {
         errno = ENOSYS;

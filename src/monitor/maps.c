@@ -75,15 +75,17 @@ static void rec_store(struct rec *dst, const struct rec *src)
     ST(&dst->shift, src->shift);
 }
 
-/* A file's mapping whose registrations are cached (shared ones only if shared memory is). */
+/* A file's mapping whose registrations are cached. A private one is admitted as shared
+ * memory is: another process that truncates the file drops its pages too (the kernel
+ * unmaps the private copies beyond the new end), and no hook sees that process. */
 static int cached_file(uint32_t flags)
 {
-    return (flags & MRC_MAP_FILE) && (!(flags & MRC_MAP_SHARED) || shared_cached);
+    return (flags & MRC_MAP_FILE) && shared_cached;
 }
 
 static int refused(uint32_t flags)
 {
-    return (flags & MRC_MAP_SHARED) && !shared_cached;
+    return (flags & (MRC_MAP_SHARED | MRC_MAP_FILE)) && !shared_cached;
 }
 
 static void interest_update(void)

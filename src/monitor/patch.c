@@ -50,10 +50,27 @@ unsigned mrc_patch_probe_disarm(void)
     return __atomic_load_n(&probe_seen, __ATOMIC_SEQ_CST);
 }
 
+/* The errno of every other libc patched (mrc_patch_install_more): its callers read their
+ * own libc's, and the hooks fail with ours. Copied to each on a failure only (a call may
+ * set errno whenever it fails, even another namespace's view of it). */
+#define MAX_MORE 16
+static int *(*more_errno[MAX_MORE])(void);
+static unsigned nmore;
+
+static __attribute__((noinline, cold)) void failed(void)
+{
+    int e = errno;
+    for (unsigned i = 0; i < __atomic_load_n(&nmore, __ATOMIC_ACQUIRE); i++)
+        *more_errno[i]() = e;
+}
+#define FAILED(bad) ((bad) && __builtin_expect(__atomic_load_n(&nmore, __ATOMIC_RELAXED) != 0, 0) ? failed() : (void)0)
+
 static int p_munmap(void *a, size_t len)
 {
     probe(MRC_FN_MUNMAP, a);
-    return mrc_on_munmap(a, len);
+    int rc = mrc_on_munmap(a, len);
+    FAILED(rc != 0);
+    return rc;
 }
 
 static int p_ldso_munmap(void *a, size_t len)
@@ -65,7 +82,9 @@ static int p_ldso_munmap(void *a, size_t len)
 static void *p_mmap(void *a, size_t len, int prot, int flags, int fd, off_t off)
 {
     probe(MRC_FN_MMAP, a);
-    return mrc_on_mmap(a, len, prot, flags, fd, off);
+    void *r = mrc_on_mmap(a, len, prot, flags, fd, off);
+    FAILED(r == MAP_FAILED);
+    return r;
 }
 
 static void *p_mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
@@ -73,25 +92,33 @@ static void *p_mremap(void *old, size_t old_size, size_t new_size, int flags, ..
     void *new_addr;
     MRC_MREMAP_NEW_ADDR(flags, new_addr);
     probe(MRC_FN_MREMAP, old);
-    return mrc_on_mremap(old, old_size, new_size, flags, new_addr);
+    void *r = mrc_on_mremap(old, old_size, new_size, flags, new_addr);
+    FAILED(r == MAP_FAILED);
+    return r;
 }
 
 static int p_madvise(void *a, size_t len, int advice)
 {
     probe(MRC_FN_MADVISE, a);
-    return mrc_on_madvise(a, len, advice);
+    int rc = mrc_on_madvise(a, len, advice);
+    FAILED(rc != 0);
+    return rc;
 }
 
 static void *p_shmat(int id, const void *a, int flags)
 {
     probe(MRC_FN_SHMAT, a);
-    return mrc_on_shmat(id, a, flags);
+    void *r = mrc_on_shmat(id, a, flags);
+    FAILED(r == (void *)-1);
+    return r;
 }
 
 static int p_shmdt(const void *a)
 {
     probe(MRC_FN_SHMDT, a);
-    return mrc_on_shmdt(a);
+    int rc = mrc_on_shmdt(a);
+    FAILED(rc != 0);
+    return rc;
 }
 
 static int p_brk(void *a)
@@ -147,6 +174,20 @@ const char *mrc_patch_fallback(void)
                                : "nothing watches it (MRCACHE_MONITOR has no preload)";
 }
 
+/* Whether entry's first bytes are the wrapper t expects, with room for the jump. */
+static int shape_ok(const struct mrc_patch_target *t, const uint8_t *entry)
+{
+    size_t n = mrc_x86_shape_match(entry, t->shape);
+    if (n && t->follow) {
+        /* A generic prologue: the system call must follow it. */
+        int found = 0;
+        for (size_t i = 0; i < 96 && !found; i++)
+            found = mrc_x86_shape_match(entry + i, t->follow) != 0;
+        n = found ? n : 0;
+    }
+    return n >= MRC_X86_JUMP_LEN;
+}
+
 static int patch_one(enum mrc_fn fn, uint8_t *entry)
 {
     const struct mrc_patch_target *t = &mrc_patch_targets[fn];
@@ -160,15 +201,7 @@ static int patch_one(enum mrc_fn fn, uint8_t *entry)
                      mrc_patch_fallback());
         return -EINVAL;
     }
-    size_t n = mrc_x86_shape_match(entry, t->shape);
-    if (n && t->follow) {
-        /* A generic prologue: the system call must follow it. */
-        int found = 0;
-        for (size_t i = 0; i < 96 && !found; i++)
-            found = mrc_x86_shape_match(entry + i, t->follow) != 0;
-        n = found ? n : 0;
-    }
-    if (!n || n < MRC_X86_JUMP_LEN) {
+    if (!shape_ok(t, entry)) {
         if (mrc_x86_foreign_jump(entry))
             mrc_log_note("patch: %s already starts with a jump (another library patched it: UCX, libfabric, "
                          "Open MPI?); not overwriting it: %s",
@@ -241,8 +274,7 @@ static uint8_t *entry_of(const struct mrc_patch_target *t, void *libc)
     return NULL;
 }
 
-/* Why patching must not happen here, or NULL. */
-static const char *step_aside_reason(void)
+const char *mrc_patch_step_aside_reason(void)
 {
 #if !defined(__x86_64__)
     return "not x86-64";
@@ -261,7 +293,7 @@ unsigned mrc_patch_install(void)
     if (patch_tried)
         return mrc_patch_mask;
     patch_tried = 1;
-    const char *why = step_aside_reason();
+    const char *why = mrc_patch_step_aside_reason();
     if (why) {
         mrc_log_note("patch: not patching libc: %s; %s", why,
                      mrc_monitor.preload ? "the preload hooks alone watch unmaps" : "NOTHING watches unmaps");
@@ -281,6 +313,37 @@ unsigned mrc_patch_install(void)
     /* The handle is kept: libc is never unloaded. */
     MRC_DEBUG("patch: %d of %d entry points patched", mrc_patch_count, MRC_FN_COUNT);
     return mrc_patch_mask;
+}
+
+int mrc_patch_install_more(void *libc, const char **missing)
+{
+    const char *why = mrc_patch_step_aside_reason();
+    *missing = why;
+    if (why)
+        return -EPERM;
+    int *(*errno_of)(void) = (int *(*)(void))dlsym(libc, "__errno_location");
+    if (!errno_of || nmore == MAX_MORE) {
+        *missing = errno_of ? "room for another libc" : "__errno_location";
+        return -ENOSPC;
+    }
+    mrc_x86_sync_init();
+    more_errno[nmore] = errno_of;
+    __atomic_store_n(&nmore, nmore + 1, __ATOMIC_RELEASE);
+    for (int fn = 0; fn < MRC_FN_COUNT; fn++) {
+        const struct mrc_patch_target *t = &mrc_patch_targets[fn];
+        /* ld.so is one for every namespace; brk keeps the break in its own libc's
+         * variable (and only the first libc's malloc grows the heap). */
+        if (t->from != MRC_PATCH_FROM_LIBC || fn == MRC_FN_BRK)
+            continue;
+        uint8_t *entry = dlsym(libc, t->name);
+        /* Its hook ends in mrc_real's call, the first libc's (or the direct system
+         * call): nothing of this libc's is called again. */
+        if (!entry || ((uintptr_t)entry & 1) || !shape_ok(t, entry) || mrc_x86_write_jump(entry, t->hook)) {
+            *missing = t->name;
+            return -EINVAL;
+        }
+    }
+    return 0;
 }
 
 const char *mrc_patch_summary(void)

@@ -17,6 +17,17 @@
  * bits. */
 unsigned mrc_patch_install(void);
 
+/* Why patching must not happen in this process (a sanitizer, valgrind, not x86-64), or
+ * NULL. */
+const char *mrc_patch_step_aside_reason(void);
+
+/* Another libc of the process (the one a dlmopen'd namespace loads, libc being its link
+ * map, which is also its handle): every entry point of the libc rows made to jump into
+ * the same hooks as the first libc's. Not chained or guarded against later patchers.
+ * Returns 0, or -errno with *missing naming the entry point left as it was (or why
+ * patching steps aside). Any thread, outside any hook. */
+int mrc_patch_install_more(void *libc, const char **missing);
+
 /* Start-up self-test (patch_selftest.c): triggers each kind of unmap once on private
  * memory through libc's own entry points (as glibc's internal calls reach them) and
  * checks that the patched hooks saw it. Logs coverage at info level, notes what is

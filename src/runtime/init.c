@@ -32,6 +32,7 @@
 #include "util/callsite.h"
 #include "util/clock.h"
 #include "util/dumpsig.h"
+#include "util/elfsyms.h"
 #include "util/log.h"
 #include "util/real.h"
 #include "util/thread.h"
@@ -53,9 +54,56 @@ static void on_exit_handler(void)
     mrc_live_close();
 }
 
+/* What unmaps or discards memory past every hook and patched entry point, found in the
+ * loaded code; auto adds the userfaultfd source for it, said once:
+ * - the executable's own definitions of the calls that unmap: they bind its own calls
+ *   (and, exported, every library's) ahead of our exports and of libc's patched entry
+ *   points, so what they do reaches the kernel unseen unless they call syscall(3). Read
+ *   from its file (its symbol table, which a stripped program lacks: then its exported
+ *   definitions alone are found). A sanitizer linked into the program defines them too,
+ *   and passes them on to us;
+ * - a Go runtime (its build ID note, in the program or a library loaded so far): it
+ *   discards its heap with madvise as a raw system call, and its slices come back at
+ *   the same addresses. */
+#define GO_BUILDID_NOTE 4
+static void bypass_check(void)
+{
+    static const char *const names[] = { "munmap", "mmap", "mmap64", "mremap", "madvise" };
+    enum { N = sizeof(names) / sizeof(names[0]) };
+    if (!mrc_rt.cfg.monitor)
+        return;
+    char what[256] = "";
+    unsigned defined = mrc_patch_step_aside_reason() ? 0 : mrc_elf_defines("/proc/self/exe", names, N);
+    if (defined) {
+        snprintf(what, sizeof(what), "the program defines its own");
+        for (unsigned i = 0, k = 0; i < N; i++)
+            if (defined & (1u << i))
+                snprintf(what + strlen(what), sizeof(what) - strlen(what), "%s %s", k++ ? "," : "", names[i]);
+    }
+    const char *go = mrc_elf_loaded_note("Go", GO_BUILDID_NOTE);
+    if (go)
+        snprintf(what + strlen(what), sizeof(what) - strlen(what), "%s%s holds a Go runtime (it discards its heap "
+                 "with raw madvise calls)", what[0] ? "; " : "", go);
+    if (!what[0])
+        return;
+    if (mrc_uffd_on()) {
+        MRC_INFO("%s: the userfaultfd source sees what they unmap", what);
+    } else if (mrc_rt.cfg.monitor & MRC_MONITOR_AUTO) {
+        mrc_uffd_configure(0);
+        mrc_uffd_set_drain(mrc_helper_drain, NULL);
+        MRC_WARN("%s: what they unmap reaches no hook of libmrcache's and no libc entry point, so the userfaultfd "
+                 "source is added", what);
+    } else {
+        MRC_WARN("%s: what they unmap reaches no hook of libmrcache's and no libc entry point "
+                 "(MRCACHE_MONITOR=auto or ...,uffd adds the userfaultfd source, which sees it)", what);
+    }
+}
+
 void mrc_rt_first_registration(void)
 {
     static int done;
+    static pthread_once_t bypass_once = PTHREAD_ONCE_INIT;
+    pthread_once(&bypass_once, bypass_check);   /* before the source would start */
     mrc_helper_start();    /* cheap once started; a forked child starts its own */
     mrc_uffd_start();      /* the same; before any range is registered, so all are watched */
     mrc_rt_bind_verbs();   /* before any handle of ours exists; waits for another thread's */
@@ -239,6 +287,7 @@ void mrc_init(void)
     if (mrc_dumpsig_install(mrc_rt.cfg.dump_signal, mrc_rt_dump_now))
         MRC_WARN("MRCACHE_DUMP_SIGNAL: cannot install the handler for signal %d", mrc_rt.cfg.dump_signal);
     mrc_rt_fork_init();
+    mrc_rt_namespaces_init();
     /* The main thread ending with pthread_exit wakes the helper: glibc ends the process
      * when its last thread ends, and the helper threads must not be that thread for long. */
     mrc_thread_watch_main(mrc_helper_watch);

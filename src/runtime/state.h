@@ -43,6 +43,17 @@ static inline void mrc_rt_fork_check(void)
         mrc_rt_child_detected();
 }
 
+/* Other link-map namespaces (namespaces.c): the loader's version of its list, which
+ * reads 2 once a namespace besides the program's exists; the gates then look for a libc
+ * not seen before (mrc_rt_namespaces_look), outside any hook. */
+extern const int *mrc_rt_ns_version;
+static inline int mrc_rt_ns_any(void)
+{
+    return __builtin_expect(*__atomic_load_n(&mrc_rt_ns_version, __ATOMIC_RELAXED) >= 2, 0);
+}
+void mrc_rt_namespaces_init(void);
+void mrc_rt_namespaces_look(void);
+
 /* Whether the cache may hold registrations of this process to release: ready, in use,
  * and its own (a child made without fork()'s handlers forgets its parent's first). For
  * the paths that release idle registrations outside the verbs gates (fork, collapse). */

@@ -39,6 +39,8 @@ static __attribute__((noinline, cold)) struct ibv_mr *reg_gated(struct ibv_pd *p
         return mrc_verbs_reg_uncached(pd, addr, len, iova, access);
     if (!__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED))
         mrc_rt_first_registration();   /* also in a forked child, whose cache starts unused */
+    if (mrc_rt_ns_any())
+        mrc_rt_namespaces_look();      /* another namespace's libc, before anything is served */
     mrc_dumpsig_poll();
     return mrc_verbs_reg_mr(&mrc_rt.verbs, pd, addr, len, iova, access);
 }
@@ -49,7 +51,7 @@ MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, 
                              __atomic_load_n(&mrc_rt.cfg.enable, __ATOMIC_RELAXED) && !mrc_verbs_in_reg() &&
                              *__atomic_load_n(&mrc_rt_mark, __ATOMIC_RELAXED) && pd && addr && len &&
                              mrc_verbs_cacheable(access) && __atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED) &&
-                             !__atomic_load_n(&mrc_dumpsig_flag, __ATOMIC_RELAXED),
+                             !__atomic_load_n(&mrc_dumpsig_flag, __ATOMIC_RELAXED) && !mrc_rt_ns_any(),
                          1))
         return mrc_verbs_reg_mr(&mrc_rt.verbs, pd, addr, len, iova, access);
     return reg_gated(pd, addr, len, iova, access);

@@ -293,7 +293,7 @@ static const struct mrc_config_row rows[] = {
         parse_positive, max_deferred_bytes),
     ROW("MRCACHE_REMOTE", "exact", "remote-access registrations: exact (cached, reused only for the same range and rights) or never (deregistered at ibv_dereg_mr, rkey revoked)",
         parse_remote, remote_policy),
-    ROW("MRCACHE_SHARED", "register", "registrations over memory another process can change (MAP_SHARED files, shm, memfd, shared anonymous): register (for their caller alone, not cached) or cache (cached: only if no other process truncates, punches or MADV_REMOVEs it)",
+    ROW("MRCACHE_SHARED", "register", "registrations over memory another process can change (file mappings, MAP_PRIVATE ones too, shm, memfd, shared anonymous): register (for their caller alone, not cached) or cache (cached: only if no other process truncates, punches or MADV_REMOVEs it)",
         parse_shared, shared_policy),
     ROW("MRCACHE_EXPAND", "off", "a local-only registration that misses registers the allocation around it instead: its private anonymous mapping, within the aligned window of this size (a power of two, K/M/G suffixes, at most a quarter of MRCACHE_MAX_BYTES), so that later pieces of it hit; never with remote rights, never across a mapping, its exact range if the wider one fails; off (or 0) registers what is asked",
         parse_expand, expand),

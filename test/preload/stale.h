@@ -1,6 +1,6 @@
 /* stale.h - what the programs that change registered memory behind the cache's back share
- * (test_unmap_paths, test_monitor_paths, test_ucs, test_uffd, test_verify): a pd per test,
- * the verdict EXPECT_STALE inverts, glibc's chunk headers read by address, a forked
+ * (test_unmap_paths, test_monitor_paths, test_ucs, test_uffd, test_verify, ...): a pd per
+ * test, the verdict EXPECT_STALE inverts, the register / change / register-again check, glibc's chunk headers read by address, a forked
  * child's run (which releases what it cached before it exits), whether page frame numbers
  * can be read, and the glibc paths several of them take (a thread's reused stack, free of
  * an mmapped chunk, malloc_trim, heap trimming in free). Header-only, over common.h. */
@@ -64,6 +64,27 @@ static inline void check_outcome(int visible, const char *what)
         CHECKF(!visible, "%s: expected the stale MR's write to be invisible", what);
     else
         CHECKF(visible, "%s: the write through the new MR is not in the current mapping: stale MR", what);
+}
+
+/* The core check: p registered and written through, deregistered (cached under the
+ * preload), changed by change, registered again: the write through the new MR must be
+ * in the current pages (check_outcome; what names the change). */
+typedef void (*stale_change_fn)(void *p, size_t len);
+__attribute__((unused)) static void stale_check(void *p, size_t len, stale_change_fn change, const char *what)
+{
+    struct ibv_mr *a = ibv_reg_mr(pd, p, len, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    CHECK(a != NULL);
+    if (!a)
+        return;
+    CHECK(write_visible(a, p, len, 0x11));
+    CHECK(ibv_dereg_mr(a) == 0);
+    change(p, len);
+    struct ibv_mr *b = ibv_reg_mr(pd, p, len, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
+    CHECK(b != NULL);
+    if (!b)
+        return;
+    check_outcome(write_visible(b, p, len, 0x22), what);
+    CHECK(ibv_dereg_mr(b) == 0);
 }
 
 /* Whether libmrcache runs its userfaultfd source, the only one that sees raw system calls. */

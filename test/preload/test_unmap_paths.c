@@ -19,26 +19,6 @@
 
 static long pg;
 
-typedef void (*change_fn)(void *p, size_t len);
-
-/* The core check: the re-registration must see the current pages. */
-static void stale_check(void *p, size_t len, change_fn change)
-{
-    struct ibv_mr *a = ibv_reg_mr(pd, p, len, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    CHECK(a != NULL);
-    if (!a)
-        return;
-    CHECK(write_visible(a, p, len, 0x11));
-    CHECK(ibv_dereg_mr(a) == 0);
-    change(p, len);
-    struct ibv_mr *b = ibv_reg_mr(pd, p, len, TEST_ACCESS(IBV_ACCESS_LOCAL_WRITE));
-    CHECK(b != NULL);
-    if (!b)
-        return;
-    check_outcome(write_visible(b, p, len, 0x22), "the range registered again");
-    CHECK(ibv_dereg_mr(b) == 0);
-}
-
 static void ch_munmap(void *p, size_t len)
 {
     CHECK(munmap(p, len) == 0);
@@ -115,11 +95,11 @@ static void ch_inline_syscall_munmap(void *p, size_t len)
 
 #define LEN (1u << 20)
 
-static void test_munmap(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_munmap); munmap(p, LEN); }
-static void test_mmap_fixed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_mmap_fixed); munmap(p, LEN); }
-static void test_mremap_shrink_grow(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_mremap_shrink_grow); munmap(p, LEN); }
-static void test_mremap_move(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_mremap_move); munmap(p, LEN); }
-static void test_madvise_dontneed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_madv_dontneed); munmap(p, LEN); }
+static void test_munmap(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_munmap, "the range registered again"); munmap(p, LEN); }
+static void test_mmap_fixed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_mmap_fixed, "the range registered again"); munmap(p, LEN); }
+static void test_mremap_shrink_grow(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_mremap_shrink_grow, "the range registered again"); munmap(p, LEN); }
+static void test_mremap_move(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_mremap_move, "the range registered again"); munmap(p, LEN); }
+static void test_madvise_dontneed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_madv_dontneed, "the range registered again"); munmap(p, LEN); }
 
 /* One munmap over many registered buffers: a long run of entries, which the cache parks
  * inside the hook and walks later. Each buffer registered again must see the new pages. */
@@ -156,7 +136,7 @@ static void test_madvise_remove(void)
 {
     void *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(p != MAP_FAILED);
-    stale_check(p, LEN, ch_madv_remove);
+    stale_check(p, LEN, ch_madv_remove, "the range registered again");
     munmap(p, LEN);
 }
 
@@ -273,7 +253,7 @@ static void brk_shrink_body(void)
     CHECK(sbrk((intptr_t)pad) == cur);
     char *p = sbrk(LEN);
     CHECK(p != (void *)-1);
-    stale_check(p, LEN, ch_brk);
+    stale_check(p, LEN, ch_brk, "the range registered again");
     sbrk(-(intptr_t)(LEN + pad));
 }
 
@@ -324,15 +304,15 @@ static void test_free_keeping_pages_keeps_hits(void)
     free(guard);
 }
 
-static void test_syscall3_munmap(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_munmap); munmap(p, LEN); }
-static void test_syscall3_mmap_fixed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_mmap_fixed); munmap(p, LEN); }
-static void test_syscall3_madvise_dontneed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_madv_dontneed); munmap(p, LEN); }
-static void test_syscall3_mremap_move(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_mremap_move); munmap(p, LEN); }
+static void test_syscall3_munmap(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_munmap, "the range registered again"); munmap(p, LEN); }
+static void test_syscall3_mmap_fixed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_mmap_fixed, "the range registered again"); munmap(p, LEN); }
+static void test_syscall3_madvise_dontneed(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_madv_dontneed, "the range registered again"); munmap(p, LEN); }
+static void test_syscall3_mremap_move(void) { void *p = map_anon(NULL, LEN, 0); stale_check(p, LEN, ch_syscall3_mremap_move, "the range registered again"); munmap(p, LEN); }
 
 static void test_inline_syscall_munmap(void)
 {
     void *p = map_anon(NULL, LEN, 0);
-    stale_check(p, LEN, ch_inline_syscall_munmap);
+    stale_check(p, LEN, ch_inline_syscall_munmap, "the range registered again");
     munmap(p, LEN);
 }
 

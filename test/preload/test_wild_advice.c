@@ -7,6 +7,8 @@
 #include <sys/pidfd.h>
 #include <sys/uio.h>
 
+#include <sys/syscall.h>
+
 #include "wild.h"
 
 #ifndef MADV_COLLAPSE
@@ -260,7 +262,7 @@ static void other_case(char *p, int advice, int discarding, const char *what)
     int pipefd[2];
     CHECK(pipe(pipefd) == 0);
     fflush(NULL);
-    pid_t pid = _Fork();   /* no fork handlers: an unrelated process, see test_wild_shared.c */
+    pid_t pid = (pid_t)RAW_SYSCALL(SYS_fork);   /* nothing released first: an unrelated process, see test_wild_shared.c */
     if (pid == 0) {
         int fd = pidfd_open(parent, 0);
         int rc = fd < 0 ? errno : process_advise(fd, p, LEN, advice);

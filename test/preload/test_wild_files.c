@@ -3,9 +3,9 @@
  * exports) and fallocate (punch hole, collapse, insert, zero range), on a memfd, a
  * shm_open object, a tmpfs file, a disk file and a hugetlbfs memfd; and a MAP_PRIVATE
  * file mapping truncated under its private copies. A mode the file system lacks is SKIP.
- * MAP_SHARED registrations are cached only under MRCACHE_SHARED=cache (the run that
- * proves the file hooks on them); MAP_PRIVATE ones always. openat2 has no libc function
- * (syscall(2) only): a known limit (TODO) where the mapping is cached. */
+ * Registrations over a file's mappings, shared or private, are cached only under
+ * MRCACHE_SHARED=cache (the run that proves the file hooks on them). openat2 has no libc
+ * function (syscall(2) only): a known limit (TODO) where the mapping is cached. */
 #include <linux/falloc.h>
 #include <sys/syscall.h>
 
@@ -235,7 +235,7 @@ static int registrable(struct file *f, void *p, size_t len)
 }
 
 /* A change made with no libc function to hook (syscall(2)): a known limit wherever the
- * mapping is cached (MAP_PRIVATE; MAP_SHARED under MRCACHE_SHARED=cache). */
+ * mapping is cached (under MRCACHE_SHARED=cache). */
 static int no_libc_function(change_fn change);
 
 /* Register the buffer, change the file, register the buffer again. */
@@ -258,7 +258,7 @@ static void file_case(enum backing_kind kind, int map_flags, change_fn change, c
         check_skipf("%s on %s left the mapped pages in place", what, backing_name[kind]);
         goto out;
     }
-    if (no_libc_function(change) && (map_flags == MAP_PRIVATE ? wild_preloaded() : wild_shared_cached()))
+    if (no_libc_function(change) && wild_shared_cached())
         wild_todo("syscall(SYS_openat2) calls no libc function a preload can see");
     registered_again(buf, len, what);
 out:

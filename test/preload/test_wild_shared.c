@@ -2,25 +2,29 @@
  * intra-node pattern: shm_open/memfd/SysV/shared anonymous segments among local ranks).
  * Its munmap and remap change only its own mappings (tested: our pages stay); what frees
  * ours is truncating or punching the shared file, or MADV_REMOVE of the shared memory.
- * No hook in our process sees those: only the kernel knows. So registrations over shared
- * memory are not cached by default (MRCACHE_SHARED=register: these pass); under
+ * No hook in our process sees those: only the kernel knows; truncation drops a private
+ * mapping's copies of the file's pages too. So registrations over shared memory and file
+ * mappings are not cached by default (MRCACHE_SHARED=register: these pass); under
  * MRCACHE_SHARED=cache the discarding ones are the documented limit (TODO). */
 #include <linux/falloc.h>
 #include <sys/ipc.h>
 #include <sys/shm.h>
+
+#include <sys/syscall.h>
 
 #include "wild.h"
 
 #define LEN (1u << 20)
 
 /* Runs other(arg) in another process (a copy: it has the same mappings and files) and
- * waits for it; its nonzero result fails the test. _Fork, not fork: fork's handlers let
- * libmrcache release idle registrations first, and the other process stands for an
- * unrelated one (another rank on the node), whose start releases nothing here. */
+ * waits for it; its nonzero result fails the test. The system call instruction, not
+ * fork or _Fork: libmrcache releases idle registrations before those, and the other
+ * process stands for an unrelated one (another rank on the node), whose start releases
+ * nothing here. */
 static void in_other_process(int (*other)(void *), void *arg)
 {
     fflush(NULL);
-    pid_t pid = _Fork();
+    pid_t pid = (pid_t)RAW_SYSCALL(SYS_fork);
     if (pid == 0)
         _exit(other(arg));
     int st = 0;
@@ -104,6 +108,12 @@ static char *map_fd(int fd)
     return p == MAP_FAILED ? NULL : p;
 }
 
+static char *map_fd_private(int fd)
+{
+    void *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 static char *map_shared_anon(void)
 {
     void *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -119,6 +129,32 @@ static void test_other_process_truncates_shared_memfd(void)
     if (f.map)
         munmap(f.map, LEN);
     close(f.fd);
+}
+
+/* A private mapping: truncation drops its private copies too (POSIX: no pages past the
+ * end), whoever truncates. */
+static void test_other_process_truncates_privately_mapped_memfd(void)
+{
+    struct file_arg f = { .fd = memfd_create("wild-private", 0) };
+    CHECK(f.fd >= 0 && ftruncate(f.fd, LEN) == 0);
+    f.map = map_fd_private(f.fd);
+    shared_case(f.map, other_ftruncate, &f, 1, "a privately mapped memfd truncated by another process");
+    if (f.map)
+        munmap(f.map, LEN);
+    close(f.fd);
+}
+
+static void test_other_process_truncates_privately_mapped_file_by_path(void)
+{
+    char path[] = "/tmp/wild-private-XXXXXX";
+    struct file_arg f = { .fd = mkstemp(path), .path = path };
+    CHECK(f.fd >= 0 && ftruncate(f.fd, LEN) == 0);
+    f.map = map_fd_private(f.fd);
+    shared_case(f.map, other_truncate_path, &f, 1, "a privately mapped file another process truncated by path");
+    if (f.map)
+        munmap(f.map, LEN);
+    close(f.fd);
+    unlink(path);
 }
 
 static void test_other_process_punches_hole_in_shm_open_object(void)
@@ -204,6 +240,8 @@ int main(void)
     expect_stale = getenv("EXPECT_STALE") && atoi(getenv("EXPECT_STALE"));
     open_nic();
     WILD_RUN(test_other_process_truncates_shared_memfd);
+    WILD_RUN(test_other_process_truncates_privately_mapped_memfd);
+    WILD_RUN(test_other_process_truncates_privately_mapped_file_by_path);
     WILD_RUN(test_other_process_punches_hole_in_shm_open_object);
     WILD_RUN(test_other_process_truncates_tmpfs_file_by_path);
     WILD_RUN(test_other_process_madv_remove_of_shared_anonymous_memory);

@@ -354,13 +354,22 @@ static void test_registry_cuts_and_keeps_newer_records(void)
     munmap(raw, 8 * (size_t)pg);
 }
 
-/* Admission: shared memory is refused (not cached by default); a registration over a
- * file's mapping sets files_cached (truncations look from then on), after which file
- * mappings no longer count in interest. */
+/* The registry anew under a policy (MRCACHE_SHARED=cache or not): its counts hold only
+ * for records made under the policy that counts them out again. */
+static void registry_policy(int cache_shared)
+{
+    mrc_maps_clear(0, UINT64_MAX, mrc_maps_gen(), -1);
+    mrc_maps_start((uint64_t)pg, cache_shared, 1);
+    mrc_maps_clear(0, UINT64_MAX, mrc_maps_gen(), -1);
+}
+
+/* Admission: shared memory and file mappings, private ones too, are refused (not cached
+ * by default); under MRCACHE_SHARED=cache a registration over a file's mapping sets
+ * files_cached (truncations look from then on), after which file mappings no longer
+ * count in interest. */
 static void test_registry_admission_and_files_cached(void)
 {
-    mrc_maps_start((uint64_t)pg, 0, 1);
-    mrc_maps_clear(0, UINT64_MAX, mrc_maps_gen(), -1);
+    registry_policy(0);
     char *raw = map(4 * (size_t)pg);
     if (!raw)
         return;
@@ -371,9 +380,15 @@ static void test_registry_admission_and_files_cached(void)
     CHECK(mrc_maps.interest == 2 && !mrc_maps.files_cached);
     CHECK(mrc_maps_admit(a + P, a + 2 * P - 1) == 0);         /* neither */
     CHECK(mrc_maps_admit(a, a + 3 * P - 1) == 1);             /* touches shared: refused */
+    CHECK(mrc_maps_admit(a + 3 * P, a + 3 * P + 10) == 1);    /* a private file mapping: refused too */
     CHECK(!mrc_maps.files_cached);
+    registry_policy(1);                                       /* MRCACHE_SHARED=cache */
+    mrc_maps_set(a, a + P, &shared, mrc_maps_gen());
+    mrc_maps_set(a + 2 * P, a + 4 * P, &file, mrc_maps_gen());
+    CHECK(mrc_maps.interest == 1 && !mrc_maps.files_cached);
+    CHECK(mrc_maps_admit(a, a + 3 * P - 1) == 0);
     CHECK(mrc_maps_admit(a + 3 * P, a + 3 * P + 10) == 0);    /* the file's: cached, and said */
-    CHECK(mrc_maps.files_cached && mrc_maps.interest == 1 && mrc_files_watching());
+    CHECK(mrc_maps.files_cached && mrc_maps.interest == 0 && mrc_files_watching());
     uint64_t st[2], ln[2];
     CHECK(mrc_maps_file_ranges(1, 2, P, UINT64_MAX, st, ln, 2) == 1 && st[0] == a + 3 * P && ln[0] == P);
     CHECK(mrc_maps_file_ranges(1, 2, 2 * P, UINT64_MAX, st, ln, 2) == 0);   /* past the mapping */
@@ -381,6 +396,7 @@ static void test_registry_admission_and_files_cached(void)
     mrc_maps_clear(a, a + 4 * P, mrc_maps_gen(), -1);
     CHECK(!mrc_maps_any() && mrc_maps.interest == 0);
     munmap(raw, 4 * (size_t)pg);
+    registry_policy(0);
 }
 
 /* mmap records what it maps: a MAP_SHARED memfd is shared and a file's, a MAP_PRIVATE one
@@ -411,13 +427,12 @@ static void test_mmap_records_shared_and_file_mappings(void)
 }
 
 /* Truncation and fallocate announce the mappings of the bytes they drop, before and
- * after, once a registration was cached over a file's mapping; until then, and for
- * growing or allocating, nothing; a registration cached while the call runs makes its
- * end announce them. */
+ * after, once a registration was cached over a file's mapping (MRCACHE_SHARED=cache);
+ * until then, and for growing or allocating, nothing; a registration cached while the
+ * call runs makes its end announce them. */
 static void test_truncation_announces_file_mappings(void)
 {
-    mrc_maps_start((uint64_t)pg, 0, 1);
-    mrc_maps_clear(0, UINT64_MAX, mrc_maps_gen(), -1);
+    registry_policy(1);   /* MRCACHE_SHARED=cache: file mappings are cached */
     int fd = memfd_create("test-monitor", MFD_CLOEXEC);
     CHECK(fd >= 0 && ftruncate(fd, 4 * pg) == 0);
     char *pr = mrc_on_mmap(NULL, 4 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
@@ -462,6 +477,7 @@ static void test_truncation_announces_file_mappings(void)
     mrc_on_munmap(pr, 4 * (size_t)pg);
     CHECK(mrc_maps.nfile == 0);
     close(fd);
+    registry_policy(0);
 }
 
 /* Readers take no lock: while another thread makes, cuts and removes records beside
