@@ -18,6 +18,12 @@ TEST_CMDS += $(foreach r,$(BIND_ROUTES),"$(PRELOAD) MRCACHE_STATS=off EXPECT_CAC
 # Another allocator after the cache, and the userfaultfd source beside the others.
 TEST_CMDS += $(foreach a,$(ALLOCATORS),"$(PRELOAD):$(a) MRCACHE_STATS=off EXPECT_CACHED=1 $(BIND_RUN) dlvsym $(BIND_PLUGIN) 2>/dev/null")
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MONITOR=patch,preload,uffd EXPECT_CACHED=1 $(BIND_RUN) $(lastword $(BIND_ROUTES)) $(BIND_PLUGIN)"
+# Children in fork-safe mode, by fork and by _Fork, on every route and after every
+# allocator (the NIC without copy-on-fork, so registered pages are left out of them).
+BIND_FORK := SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1
+TEST_CMDS += $(foreach h,fork _Fork,$(foreach r,$(BIND_ROUTES),"$(PRELOAD) MRCACHE_STATS=off $(BIND_FORK) FORK_HOW=$(h) EXPECT_CACHED=1 $(BIND_RUN) $(r) $(BIND_PLUGIN) 2>/dev/null"))
+TEST_CMDS += $(foreach a,$(ALLOCATORS),"$(PRELOAD):$(a) MRCACHE_STATS=off $(BIND_FORK) FORK_HOW=_Fork EXPECT_CACHED=1 $(BIND_RUN) dlvsym $(BIND_PLUGIN) 2>/dev/null")
+TEST_CMDS += $(foreach h,fork _Fork,"LD_LIBRARY_PATH=$(SNIC_DIR) $(BIND_FORK) FORK_HOW=$(h) EXPECT_CACHED=0 $(BIND_RUN) $(lastword $(BIND_ROUTES)) $(BIND_PLUGIN)")
 # The controls: the same programs without the preload, every registration to the NIC.
 TEST_CMDS += $(foreach r,$(BIND_ROUTES),"LD_LIBRARY_PATH=$(SNIC_DIR) EXPECT_CACHED=0 $(BIND_RUN) $(r) $(BIND_PLUGIN)")
 # Python's ctypes: every verb bound from the library's handle.
