@@ -37,10 +37,13 @@
 #include "util/real.h"
 #include "util/thread.h"
 
+static int exit_dumped;
+
 static void on_exit_handler(void)
 {
     if (!mrc_ready())
         return;
+    exit_dumped = 1;
     mrc_rt_fork_check();   /* a child's exit must not deregister its parent's MRs */
     /* libibverbs may have been unloaded with the plugin that brought it: then the
      * kernel releases the MRs with the process, and calling into it would crash. */
@@ -97,6 +100,22 @@ static void bypass_check(void)
         MRC_WARN("%s: what they unmap reaches no hook of libmrcache's and no libc entry point "
                  "(MRCACHE_MONITOR=auto or ...,uffd adds the userfaultfd source, which sees it)", what);
     }
+}
+
+/* MRCACHE_STATS naming a destination: statistics at exit from every process that loaded
+ * libibverbs, even one that never registered (ibv_devinfo says it made none); the
+ * shells and tools of a job that never load it stay quiet. Registered by the
+ * constructor, so it runs after the first registration's handler, which dumps them. */
+static void on_exit_named(void)
+{
+    if (!mrc_ready() || exit_dumped)
+        return;
+    void *lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!lib)
+        return;
+    dlclose(lib);
+    mrc_rt_fork_check();
+    mrc_rt_dump_at_exit();
 }
 
 void mrc_rt_first_registration(void)
@@ -288,6 +307,8 @@ void mrc_init(void)
         MRC_WARN("MRCACHE_DUMP_SIGNAL: cannot install the handler for signal %d", mrc_rt.cfg.dump_signal);
     mrc_rt_fork_init();
     mrc_rt_namespaces_init();
+    if (strcmp(mrc_rt.cfg.stats, "auto") && strcmp(mrc_rt.cfg.stats, "off"))
+        atexit(on_exit_named);
     /* The main thread ending with pthread_exit wakes the helper: glibc ends the process
      * when its last thread ends, and the helper threads must not be that thread for long. */
     mrc_thread_watch_main(mrc_helper_watch);

@@ -368,8 +368,73 @@ static const char *expected(mrc_parse_fn parse)
     return "see MRCACHE_HELP=1";
 }
 
+/* The edit distance between a and b (names of at most 63 characters; longer ones are
+ * far from every name). */
+static unsigned distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return 99;
+    unsigned row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (unsigned)j;
+    for (size_t i = 1; i <= la; i++) {
+        unsigned diag = row[0];
+        row[0] = (unsigned)i;
+        for (size_t j = 1; j <= lb; j++) {
+            unsigned up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+/* Variables of the MRCACHE_ prefix that are not the library's: the test suite's. */
+static const char *const foreign[] = { "MRCACHE_TEST_DEVICE", "MRCACHE_TEST_GID_INDEX" };
+
+/* One line for each MRCACHE_* variable the library does not know (a misspelt name is
+ * otherwise silently without effect), naming the closest known one. */
+static void warn_unknown(void)
+{
+    extern char **environ;
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        char name[64];
+        size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
+        if (strncmp(*e, "MRCACHE_", 8) || n >= sizeof(name))
+            continue;
+        memcpy(name, *e, n);
+        name[n] = 0;
+        int known = 0;
+        const char *closest = NULL;
+        unsigned best = 99;
+        for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]) && !known; i++) {
+            known = !strcmp(name, rows[i].name);
+            unsigned d = distance(name + 8, rows[i].name + 8);
+            if (d < best) {
+                best = d;
+                closest = rows[i].name;
+            }
+        }
+        for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]) && !known; i++)
+            known = !strcmp(name, foreign[i]);
+        if (known)
+            continue;
+        if (closest && best <= 3 && 2 * best < strlen(name + 8))   /* close, and not a guess */
+            MRC_WARN("%s is not a libmrcache setting (did you mean %s?); it has no effect", name, closest);
+        else
+            MRC_WARN("%s is not a libmrcache setting; it has no effect (mrcache --config lists them)", name);
+    }
+}
+
 void mrc_config_load(struct mrc_config *cfg)
 {
+    warn_unknown();
     memset(cfg, 0, sizeof(*cfg));
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         const struct mrc_config_row *r = &rows[i];

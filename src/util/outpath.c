@@ -1,9 +1,13 @@
 /* outpath.c - per-process output file names (%p %h %r %%) and their safe creation, and a
- * buffered fd writer. Invariants: a file is only ever created (O_CREAT|O_EXCL|O_NOFOLLOW),
- * never opened if it exists, so neither a planted symlink nor another process's report
- * can be written through; nothing here allocates or uses stdio streams. */
+ * buffered fd writer. Invariants: a regular file is only ever created
+ * (O_CREAT|O_EXCL|O_NOFOLLOW), never opened if it exists, so neither a planted symlink
+ * nor another process's report can be written through; a destination that is no file
+ * (a terminal, /dev/null, a pipe, /dev/stderr, /dev/fd/N) is written to as it is, never
+ * replaced by a sibling; missing directories of the path are made (0700, under the
+ * umask); nothing here allocates or uses stdio streams. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +79,43 @@ int mrc_outpath_expand(const char *pattern, char *out, size_t size)
     return 0;
 }
 
+/* A name of one of the process's descriptors (its target may be a regular file, the
+ * stream redirected there). */
+static int descriptor_path(const char *path)
+{
+    static const char *const prefixes[] = { "/dev/fd/", "/proc/self/fd/", "/dev/stdout", "/dev/stderr" };
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+        if (!strncmp(path, prefixes[i], strlen(prefixes[i])))
+            return 1;
+    return 0;
+}
+
+/* Makes each missing directory of path's (not its last component), as mkdir -p does:
+ * 0 if they exist now. */
+static int make_parents(const char *path)
+{
+    char dir[512];
+    size_t n = strlen(path);
+    if (n >= sizeof(dir))
+        return -ENAMETOOLONG;
+    memcpy(dir, path, n + 1);
+    char *last = strrchr(dir, '/');
+    if (!last || last == dir)
+        return -ENOENT;
+    *last = 0;
+    for (char *p = dir + 1; ; p++) {
+        if (*p != '/' && *p)
+            continue;
+        char c = *p;
+        *p = 0;
+        if (mrc_sys_mkdir(dir, 0700) != 0 && errno != EEXIST)
+            return -errno;
+        *p = c;
+        if (!c)
+            return 0;
+    }
+}
+
 static int create_excl(const char *path)
 {
     int fd = mrc_sys_open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -91,7 +132,24 @@ int mrc_outpath_open(const char *pattern, unsigned flags, char *used, size_t use
         return rc;
     }
     const char *name = path;
-    int fd = create_excl(path);
+    struct stat st;
+    int fd;
+    if (mrc_sys_fstatat(AT_FDCWD, path, &st, 0) == 0 && (!S_ISREG(st.st_mode) || descriptor_path(path))) {
+        if (S_ISDIR(st.st_mode)) {
+            MRC_WARN("cannot write stats to %s: it is a directory (name a file in it, such as %s/mrcache.%%p.txt)",
+                     path, path);
+            return -EISDIR;
+        }
+        fd = mrc_sys_open(path, O_WRONLY | O_APPEND | O_NOCTTY | O_CLOEXEC, 0);
+        if (fd < 0) {
+            MRC_WARN("cannot write stats to %s: %s", path, strerror(errno));
+            return -errno;
+        }
+        goto opened;
+    }
+    fd = create_excl(path);
+    if (fd == -ENOENT && make_parents(path) == 0)
+        fd = create_excl(path);
     if (fd == -EEXIST && (flags & MRC_OUTPATH_NEXT_FREE)) {
         /* Another process (same pattern without %p/%r), an earlier run or a planted
          * link has the name: a report is worth more than its exact name. O_EXCL makes
@@ -109,6 +167,7 @@ int mrc_outpath_open(const char *pattern, unsigned flags, char *used, size_t use
         MRC_WARN("cannot create stats file %s: %s", path, strerror(-fd));
         return fd;
     }
+opened:
     if (used && used_size) {
         size_t m = strlen(name);
         if (m >= used_size)

@@ -228,6 +228,11 @@ int mrc_sys_unlink(const char *path)
     return (int)CALL(SYS_unlinkat, AT_FDCWD, path, 0, 0, 0, 0);
 }
 
+int mrc_sys_mkdir(const char *path, mode_t mode)
+{
+    return (int)CALL(SYS_mkdirat, AT_FDCWD, path, mode, 0, 0, 0);
+}
+
 ssize_t mrc_sys_readlink(const char *path, char *buf, size_t n)
 {
     return CALL(SYS_readlinkat, AT_FDCWD, path, buf, n, 0, 0);

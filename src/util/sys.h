@@ -96,6 +96,7 @@ int mrc_sys_fstatat(int dirfd, const char *path, struct stat *st, int flags);
 int mrc_sys_fstatfs(int fd, struct statfs *st);
 int mrc_sys_fchmod(int fd, mode_t mode);
 int mrc_sys_unlink(const char *path);
+int mrc_sys_mkdir(const char *path, mode_t mode);
 ssize_t mrc_sys_readlink(const char *path, char *buf, size_t n);
 int mrc_sys_ftruncate(int fd, off_t len);
 int mrc_sys_truncate(const char *path, off_t len);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_stats.sh - statistics as a process sees them: call sites and leaks in the dumps, %r
-# names, no clobbering, the dump signal, libunwind loaded only when asked; 4 ranks at once
+# names, no clobbering, destinations that are no file (/dev/null, /dev/fd/2, a fifo, a
+# directory) and missing directories, a verbs process that never registers, the dump signal, libunwind loaded only when asked; 4 ranks at once
 # merged by scripts/mrcache-report, the largest cached registrations in the dump and in
 # the report per rank, and the report itself: pipes, JSON on stdout, text
 # dumps, its plots for 2, 16 and 512 synthetic ranks, its text charts without matplotlib.
@@ -89,6 +90,37 @@ ln -s "$tmp/victim" "$tmp/planted.json"
 run MRCACHE_STATS="$tmp/planted.json" "$WL" 2>/dev/null
 [ ! -e "$tmp/victim" ] && [ -L "$tmp/planted.json" ] && grep -q 'hit rate' "$tmp/planted.json.1"
 report exit_dump_never_follows_symlink $?
+# Destinations that are no file are written to as they are, never replaced by a sibling.
+run MRCACHE_STATS=/dev/null "$WL" 2>"$tmp/null.err"
+[ -c /dev/null ] && [ ! -e /dev/null.1 ] && ! grep -q 'libmrcache' "$tmp/null.err"
+report dump_to_dev_null_replaces_nothing $?
+run MRCACHE_STATS=/dev/fd/2 "$WL" 2>"$tmp/fd2.err"
+grep -q 'hit rate' "$tmp/fd2.err" && [ ! -e /dev/fd/2.1 ]
+report dump_to_dev_fd_2_reaches_stderr $?
+mkfifo "$tmp/fifo"
+cat "$tmp/fifo" >"$tmp/fifo.out" &
+reader=$!
+run MRCACHE_STATS="$tmp/fifo" "$WL" 2>/dev/null
+wait "$reader"
+[ -p "$tmp/fifo" ] && [ ! -e "$tmp/fifo.1" ] && grep -q 'hit rate' "$tmp/fifo.out"
+report dump_to_a_fifo_reaches_its_reader $?
+# Missing directories are made (0700, under the umask); a directory is refused in one line.
+(umask 022 && run MRCACHE_STATS="$tmp/made/deeper/s.%p.txt" "$WL" 2>"$tmp/made.err")
+f=$(ls "$tmp"/made/deeper/s.*.txt 2>/dev/null | head -1)
+[ -n "$f" ] && grep -q 'hit rate' "$f" && [ "$(stat -c %a "$tmp/made")" = 700 ] && [ ! -s "$tmp/made.err" ]
+report dump_makes_missing_directories $?
+mkdir "$tmp/adir"
+run MRCACHE_STATS="$tmp/adir" "$WL" 2>"$tmp/dir.err"
+[ "$(grep -c 'is a directory' "$tmp/dir.err")" -eq 1 ] && [ ! -e "$tmp/adir.1" ] && [ -z "$(ls "$tmp/adir")" ]
+report dump_to_a_directory_refused_in_one_line $?
+# A process that loads libibverbs and never registers: reported when a destination is
+# named, silent by default; a process that never loads it stays silent either way.
+run MRCACHE_STATS=stderr ibv_devinfo >/dev/null 2>"$tmp/devinfo.err"
+run ibv_devinfo >/dev/null 2>"$tmp/devinfo-auto.err"
+run MRCACHE_STATS=stderr /bin/true 2>"$tmp/true.err"
+grep -q 'registrations requested 0' "$tmp/devinfo.err" && ! grep -q 'statistics' "$tmp/devinfo-auto.err" &&
+    ! grep -q 'statistics' "$tmp/true.err"
+report named_destination_reports_a_verbs_process_that_never_registered $?
 
 # 3. The dump signal: the handler sets a flag, the next registration dumps (pattern.1).
 run MRCACHE_DUMP_SIGNAL=USR2 MRCACHE_STATS="$tmp/sig.%p.json" MRCACHE_STATS_FORMAT=json WL_SIGNAL=1 "$WL" 2>"$tmp/sig.err"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_warnings.sh - the warnings that save hours, on the software NIC: each printed once
 # (registrations from two threads and a forked child), none without its cause, and
-# nothing at all in a program that never registers: MRCACHE_MONITOR=none; fork-safe mode
+# nothing at all in a program that never registers: MRCACHE_MONITOR=none; an MRCACHE_*
+# variable the library does not know (with the closest known name); fork-safe mode
 # (RDMAV_FORK_SAFE, IBV_FORK_SAFE) where the kernel does not make it unneeded, and
 # RDMAV_HUGEPAGES_SAFE with it; UCX's registration cache loaded; libfabric loaded (its
 # cache off under ours, or beside it with another of its monitors); RLIMIT_MEMLOCK small
@@ -20,7 +21,7 @@ run() { env LD_LIBRARY_PATH="$B/snic" LD_PRELOAD="$PP$B/libmrcache.so" MRCACHE_S
 # The number of libmrcache lines on the last run's stderr matching a pattern.
 count() { grep '^libmrcache\[' "$tmp/err" | grep -c -E -- "$1"; }
 # Any of these warnings (other lines, such as a sanitizer build's notes, are not theirs).
-ANY="MRCACHE_MONITOR=none|fork-safe mode is on|RDMAV_HUGEPAGES_SAFE is set|registration cache is active|RLIMIT_MEMLOCK is|libfabric is loaded"
+ANY="MRCACHE_MONITOR=none|is not a libmrcache setting|fork-safe mode is on|RDMAV_HUGEPAGES_SAFE is set|registration cache is active|RLIMIT_MEMLOCK is|libfabric is loaded"
 # NAME PATTERN N: the last run succeeded and printed N lines matching PATTERN, and none of
 # the other warnings.
 expect() {
@@ -38,6 +39,11 @@ expect no_warning_without_a_cause "$ANY" 0
 
 run MRCACHE_MONITOR=none "$WL"
 expect monitor_none_once 'MRCACHE_MONITOR=none' 1
+
+run MRCACHE_MAX_ENTRY=5 "$WL"
+expect misspelt_variable_named_with_the_closest 'MRCACHE_MAX_ENTRY is not a libmrcache setting \(did you mean MRCACHE_MAX_ENTRIES\?\)' 1
+run MRCACHE_ZZQ=1 "$WL"
+expect unknown_variable_named_without_a_guess 'MRCACHE_ZZQ is not a libmrcache setting; it has no effect' 1
 run MRCACHE_MONITOR=none WL_COUNT=0 "$WL"
 expect monitor_none_silent_without_registrations . 0
 

@@ -31,3 +31,14 @@ ifeq ($(SANFLAGS),)
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off EXPECT_CACHED=1 /usr/bin/python3 test/preload/test_bind_ctypes.py"
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) EXPECT_CACHED=0 /usr/bin/python3 test/preload/test_bind_ctypes.py"
 endif
+
+# The MR verbs from a library handle in a program that links libibverbs too
+# (test_handle_verbs.c): its data path is the device's, so the same program runs on rxe
+# in the VM (test/vm/vm.mk). Under the preload, after every allocator, and without it.
+$(BUILD)/test/test_handle_verbs: test/preload/test_handle_verbs.c test/lib/common.h test/preload/stale.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib -Itest/preload $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+TEST_BINS += $(BUILD)/test/test_handle_verbs
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_handle_verbs" \
+    $(foreach a,$(ALLOCATORS),"$(PRELOAD):$(a) MRCACHE_STATS=off $(BUILD)/test/test_handle_verbs 2>/dev/null") \
+    "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_handle_verbs"

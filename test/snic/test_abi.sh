@@ -7,7 +7,9 @@
 set -u
 dir=$1 linkcheck=$2 preload=${3:-}
 lib=$dir/libibverbs.so.1
-sys=$(ldconfig -p | awk '$1 == "libibverbs.so.1" { print $NF; exit }')
+# ldconfig lives in /sbin, which a normal user's PATH lacks.
+ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
+sys=$("$ldconfig" -p | awk '$1 == "libibverbs.so.1" { print $NF; exit }')
 run_on_snic() { LD_PRELOAD="$preload" LD_LIBRARY_PATH="$dir" "$@"; }
 ok() { echo "ok - $1"; }
 not_ok() { echo "not ok - $1"; shift; printf '  %s\n' "$@"; }

@@ -19,11 +19,14 @@ VM_PBIN    := $(VM_BIN)/preload
 # test_route: free's PLT slots routed past libmrcache, and back after a late patch of
 # munmap (the free of registered memory must stay fresh, stale without the allocator
 # hooks), caching stopped when seccomp refuses the write-back: on Debian's own kernel.
+# test_handle_verbs: the MR verbs from a library handle (NCCL's route) on rxe's provider.
 VM_LATE := LATE_PATCH=libmrc_fakepatch.so,FAKEPATCH_FN=munmap,FAKEPATCH_FORM=nop
 VM_PRELOAD_TESTS ?= $(VM_PBIN)/test_unmap_paths \
                     $(VM_PBIN)/test_unmap_paths:MRCACHE_MONITOR=patch+preload+uffd \
                     $(VM_PBIN)/test_unmap_paths:MRCACHE_MONITOR=none,EXPECT_STALE=1 \
                     $(VM_PBIN)/test_verbs \
+                    $(VM_PBIN)/test_handle_verbs \
+                    $(VM_PBIN)/test_handle_verbs:MRCACHE_MONITOR=patch+preload+uffd \
                     $(VM_PBIN)/test_route:EXPECT_ROUTE=1 \
                     $(VM_PBIN)/test_route:EXPECT_ROUTE=1,$(VM_LATE) \
                     $(VM_PBIN)/test_route:EXPECT_ROUTE=1,$(VM_LATE),MRCACHE_MALLOC_HOOKS=0,MALLOC_HOOKS_OFF=1,EXPECT_STALE=1 \
