@@ -48,14 +48,20 @@ void mrc_main(void)
         mrc_config_describe(1);
         exit(0);
     }
+    int help = arg && (!strcmp(arg, "--help") || !strcmp(arg, "-h"));
+    if (arg && !help) {
+        n = snprintf(out, sizeof(out), "libmrcache: unknown option '%.200s'\n", arg);
+        mrc_write_all(2, out, (unsigned long)n);
+    }
     n = snprintf(out, sizeof(out),
                  "libmrcache %d.%d: a registration cache for RDMA programs that need no change.\n"
                  "Run a program under it:\n"
                  "    mrcache [options] program [args]      (mrcache --help)\n"
                  "    LD_PRELOAD=libmrcache.so.%d program [args]\n"
                  "Settings are MRCACHE_* environment variables: mrcache --config, or libmrcache(7).\n"
-                 "This file answers --version, --config, --top, --once and --flush. Licence: BSD-2-Clause.\n",
+                 "This file answers --version, --config, --top, --once, --flush and --help.\n"
+                 "Licence: BSD-2-Clause.\n",
                  MRCACHE_VERSION_MAJOR, MRCACHE_VERSION_MINOR, MRCACHE_VERSION_MAJOR);
-    mrc_write_all(1, out, (unsigned long)n);
-    exit(arg ? 2 : 0);
+    mrc_write_all(arg && !help ? 2 : 1, out, (unsigned long)n);
+    exit(arg && !help ? 2 : 0);
 }

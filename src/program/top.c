@@ -456,8 +456,8 @@ static void draw(double interval)
     localtime_r(&now, &tm);
     put("\033[H\033[2J");
     snprintf(line, sizeof(line),
-             "mrcache --top  %02d:%02d:%02d  %u processes  %.0f req/s  pinned: %s in use, %s idle, %s waiting",
-             tm.tm_hour, tm.tm_min, tm.tm_sec, nprocs, req, human(a, sizeof(a), in_use), human(b, sizeof(b), idle),
+             "mrcache --top  %02d:%02d:%02d  %u process%s  %.0f req/s  pinned: %s in use, %s idle, %s waiting",
+             tm.tm_hour, tm.tm_min, tm.tm_sec, nprocs, nprocs == 1 ? "" : "es", req, human(a, sizeof(a), in_use), human(b, sizeof(b), idle),
              human(c, sizeof(c), waiting));
     put_line(width, line);
     snprintf(line, sizeof(line),
@@ -554,11 +554,15 @@ static int flush_pid(long pid)
     return 0;
 }
 
-static int usage(void)
+/* A usage error of the viewer's: what is wrong, named, then the usage; status 125, as
+ * mrcache's own errors (it runs this in its place). */
+static int usage(const char *what, const char *arg)
 {
-    say("usage: libmrcache.so --top [-d SECONDS] [--sort KEY] | --once [--json] [-d SECONDS] [--sort KEY] "
-        "| --flush PID\n");
-    return 2;
+    say("mrcache: %s%s%s%s\n", what, arg ? " '" : "", arg ? arg : "", arg ? "'" : "");
+    say("usage: mrcache --top [-d SECONDS] [--sort KEY]\n"
+        "       mrcache --once [--json] [-d SECONDS] [--sort KEY]\n"
+        "       mrcache --flush PID\n");
+    return 125;
 }
 
 int mrc_top_main(int argc, char **argv)
@@ -571,28 +575,35 @@ int mrc_top_main(int argc, char **argv)
         char *end;
         if (!strcmp(argv[i], "--json") && !strcmp(mode, "--once")) {
             json = 1;
-        } else if (!strcmp(argv[i], "-d") && i + 1 < argc && strcmp(mode, "--flush")) {
+        } else if (!strcmp(argv[i], "-d") && strcmp(mode, "--flush")) {
+            if (i + 1 >= argc)
+                return usage("-d needs a number of seconds", NULL);
             interval = strtod(argv[++i], &end);
             if (*end || interval < 0 || interval > 3600 || (interval < 0.1 && !strcmp(mode, "--top")))
-                return usage();
-        } else if (!strcmp(argv[i], "--sort") && i + 1 < argc && strcmp(mode, "--flush")) {
+                return usage(!strcmp(mode, "--top") ? "-d takes 0.1 to 3600 seconds, not"
+                                                    : "-d takes 0 to 3600 seconds, not",
+                             argv[i]);
+        } else if (!strcmp(argv[i], "--sort") && strcmp(mode, "--flush")) {
+            if (i + 1 >= argc)
+                return usage("--sort needs a key (pid, req, hit, pinned, idle or entries)", NULL);
             unsigned k = 0;
             while (k < sizeof(sort_names) / sizeof(sort_names[0]) && strcmp(sort_names[k], argv[i + 1]))
                 k++;
             if (k == sizeof(sort_names) / sizeof(sort_names[0]))
-                return usage();
+                return usage("--sort takes pid, req, hit, pinned, idle or entries, not", argv[i + 1]);
             sort_by = (enum sort_key)k;
             i++;
         } else if (!strcmp(mode, "--flush") && !pid) {
             pid = strtol(argv[i], &end, 10);
             if (*end || pid <= 0)
-                return usage();
+                return usage("--flush takes a process id, not", argv[i]);
         } else {
-            return usage();
+            return usage(mode[2] == 'f' ? "--flush takes one process id; this is one more:" : "unknown option for the view:",
+                         argv[i]);
         }
     }
     if (!strcmp(mode, "--flush"))
-        return pid ? flush_pid(pid) : usage();
+        return pid ? flush_pid(pid) : usage("--flush needs a process id", NULL);
     if (!strcmp(mode, "--once"))
         return once(interval, json);
     return top(interval);

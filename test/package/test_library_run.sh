@@ -40,6 +40,12 @@ grep -q "^MRCACHE_ENABLE	1	1	default	" "$tmp/config" || r=1
 [ $r -ne 0 ] && cat "$tmp/config" >&2
 report library_run_config_table $r
 
-LD_PRELOAD= "$LIB" --bogus >/dev/null 2>&1
-[ $? -eq 2 ]
-report library_run_unknown_argument_exits_2 $?
+LD_PRELOAD= "$LIB" --bogus >/dev/null 2>"$tmp/bogus.err"
+[ $? -eq 2 ] && grep -q "unknown option '--bogus'" "$tmp/bogus.err"
+report library_run_unknown_argument_named_exits_2 $?
+LD_PRELOAD= "$LIB" --help >"$tmp/help" 2>&1
+[ $? -eq 0 ] && grep -q 'mrcache --help' "$tmp/help"
+report library_run_help_exits_0 $?
+LD_PRELOAD= "$LIB" --once --sort nonsense >/dev/null 2>"$tmp/view.err"
+[ $? -eq 125 ] && grep -q "^mrcache: --sort takes .*, not 'nonsense'" "$tmp/view.err"
+report library_run_view_usage_error_names_the_option $?

@@ -2,8 +2,9 @@
 # test_mrcache.sh BUILD_DIR [PRELOAD_PREFIX] - scripts/mrcache as users run it: each option
 # sets its variable; an existing LD_PRELOAD is kept (sanitizer runtimes first, libmrcache
 # next, a second libmrcache dropped); the program replaces mrcache (same pid, its status,
-# its signal); usage errors exit 2, a missing program 127, an unrunnable one 126; --config
-# lists the library's every variable; --version; all under dash as well as bash.
+# its signal); its own errors exit 125 (as env's), a missing program 127, an unrunnable one
+# 126; "--" ends the options; --help fits 80 columns; --config lists the library's every
+# variable; --version; all under dash as well as bash.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 B=$(cd "$1" && pwd)
@@ -68,14 +69,16 @@ for sh in dash bash; do
         [ $got -eq "$want" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "^mrcache: .*$pat" "$tmp/err" ||
             { echo "$sh mrcache $*: status $got (want $want): $(cat "$tmp/err")" >&2; r=1; }
     }
-    check_err 2 "no program"
-    check_err 2 "unknown option '--frobnicate'" --frobnicate true
-    check_err 2 '--log needs a value' --log
-    check_err 2 '--json takes no value' --json=1 true
-    check_err 2 '--log loud is not valid (expected error|warn|info|debug)' --log loud true
-    check_err 2 "--callsites lots is not valid" --callsites lots true
-    check_err 2 'MRCACHE_REMOTE=sometimes is not valid' --set REMOTE=sometimes true
-    check_err 2 "--set needs NAME=VALUE" --set LOG true
+    check_err 125 "no program"
+    check_err 125 "unknown option '--frobnicate'" --frobnicate true
+    check_err 125 '--log needs a value' --log
+    check_err 125 '--json takes no value' --json=1 true
+    check_err 125 '--log loud is not valid (expected error|warn|info|debug)' --log loud true
+    check_err 125 "--callsites lots is not valid" --callsites lots true
+    check_err 125 'MRCACHE_REMOTE=sometimes is not valid' --set REMOTE=sometimes true
+    check_err 125 "--set needs NAME=VALUE" --set LOG true
+    check_err 125 "--set: MRCACHE_MAX_ENTRY is not a libmrcache setting (did you mean MRCACHE_MAX_ENTRIES?)" --set MAX_ENTRY=5 true
+    check_err 125 "'out.txt' is not a program; --stats takes its value as --stats=out.txt" --stats out.txt true
     check_err 127 'no-such-program-here: command not found' no-such-program-here
     check_err 127 'no such file' ./no/such/program
     printf 'x\n' >"$tmp/notexec"
@@ -83,6 +86,12 @@ for sh in dash bash; do
     check_err 126 'is a directory' "$tmp"
     check_err 125 'no such file' --lib "$tmp/none.so" true
     report "mrcache_errors_one_line_with_status_$sh" $r
+    out=$(with_pp $S --log=info -- sh -c 'echo "$MRCACHE_LOG"' 2>/dev/null)
+    [ "$out" = info ]
+    report "mrcache_double_dash_ends_the_options_$sh" $?
+    with_pp $S -h >"$tmp/help" 2>&1 && [ "$(awk 'length > 80' "$tmp/help" | wc -l)" -eq 0 ] &&
+        [ "$(wc -l <"$tmp/help")" -gt 20 ]
+    report "mrcache_help_fits_80_columns_$sh" $?
 done
 
 # No library where it looks: status 125, saying where it looked.

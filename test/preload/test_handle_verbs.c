@@ -9,6 +9,7 @@
 
 #define LEN (1u << 20)
 #define COUNT 16
+#define SMALL (256u << 10)   /* COUNT of them stay cached within a normal user's 8 MiB RLIMIT_MEMLOCK */
 
 static struct {
     struct ibv_mr *(*reg_mr)(struct ibv_pd *, void *, size_t, int);
@@ -43,22 +44,22 @@ static struct ibv_mr *hreg(void *p, size_t len)
 
 static void test_handle_repeats_are_cached(void)
 {
-    char *p = map_anon(NULL, COUNT * 2 * (size_t)LEN, 0);
+    char *p = map_anon(NULL, COUNT * 2 * (size_t)SMALL, 0);
     CHECK(p != NULL);
     if (!p)
         return;
     uint64_t regs0 = preloaded ? nic_regs() : 0;
     for (int round = 0; round < 2; round++)
         for (int i = 0; i < COUNT; i++) {
-            char *b = p + (size_t)i * 2 * LEN;   /* apart: none merges with another */
-            struct ibv_mr *mr = hreg(b, LEN);
-            CHECK(mr && write_visible(mr, b, LEN, (unsigned char)(0x10 + round)));
+            char *b = p + (size_t)i * 2 * SMALL;   /* apart: none merges with another */
+            struct ibv_mr *mr = hreg(b, SMALL);
+            CHECK(mr && write_visible(mr, b, SMALL, (unsigned char)(0x10 + round)));
             CHECK(mr && h.dereg_mr(mr) == 0);
         }
     if (preloaded)
         CHECKF(nic_regs() - regs0 == COUNT, "%llu registrations for %d buffers registered twice",
                (unsigned long long)(nic_regs() - regs0), COUNT);
-    munmap(p, COUNT * 2 * (size_t)LEN);
+    munmap(p, COUNT * 2 * (size_t)SMALL);
 }
 
 static void test_handles_deregister_through_either_route(void)

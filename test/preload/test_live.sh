@@ -216,10 +216,10 @@ else
     D=$PID
     s=mrclive$$
     r=0
-    tmux new-session -d -s "$s" -x 132 -y 30 "$MRC --top -d 0.5; echo TOP-EXITED \$?; sleep 30" || r=1
+    SHELL=/bin/sh tmux new-session -d -s "$s" -x 132 -y 30 "$MRC --top -d 0.5; echo TOP-EXITED \$?; sleep 30" || r=1
     sleep 1.5
     tmux capture-pane -p -t "$s" >"$tmp/screen1"
-    grep -q '^mrcache --top .* processes .* pinned: ' "$tmp/screen1" || r=1
+    grep -Eq '^mrcache --top .* [0-9]+ process(es)? .* pinned: ' "$tmp/screen1" || r=1
     grep -q 'sorted by req' "$tmp/screen1" || r=1
     grep -Eq "^ *$D live_prog .* 1.0M +3.0M +0 +16$" "$tmp/screen1" || r=1
     tmux send-keys -t "$s" e
