@@ -573,7 +573,7 @@ MRC_HOT static int backend_reg(struct mrc_cache *c, int last_try, void *domain, 
     uint64_t dt = mrc_ticks_since(t0);
     if (rc == 0 || rc == MRC_REG_UNPINNED) {
         mrc_hist_add(MRC_HIST_REGS, len, 1);
-        mrc_hist_add(MRC_HIST_REG_NS, len, dt);
+        mrc_hist_reg_time(len, dt);
         mrc_hist_add(MRC_HIST_REG_BYTES, len, len);
         /* The first one pays what the NIC does once (its library's and the kernel's
          * set-up): the time-saved estimate keeps it apart. */

@@ -48,7 +48,15 @@ void mrc_report_reg_model(const struct mrc_report *r, double *fixed_ns, double *
         }
         if (w <= 0 || ns < 0 || bytes <= 0)
             continue;
+        /* A size's cost, robust to the odd slow registration (a page fault storm, a
+         * preempted thread): its mean, but at most twice its fastest. Registrations of
+         * one bucket's sizes (within 2x of each other) cost within about 2x of each
+         * other when nothing else intervenes; one that took a second would otherwise
+         * price every hit of its size at a fraction of that second. */
+        double fastest = (double)r->s.hist[k][MRC_HIST_REG_MIN];
         double x = bytes / w, y = ns / w;
+        if (fastest > 0 && y > 2 * fastest)
+            y = 2 * fastest;
         n += w;
         sx += w * x;
         sy += w * y;

@@ -136,8 +136,13 @@ static void add_block(struct mrc_stats_block *out, const struct mrc_stats_block 
     for (int i = 0; i < MRC_STAT_LAST; i++)
         out->v[i] += __atomic_load_n(&b->v[i], __ATOMIC_RELAXED);
     for (int i = 0; i < MRC_HIST_BUCKETS; i++)
-        for (int h = 0; h < MRC_HIST_LAST; h++)
-            out->hist[i][h] += __atomic_load_n(&b->hist[i][h], __ATOMIC_RELAXED);
+        for (int h = 0; h < MRC_HIST_LAST; h++) {
+            uint64_t x = __atomic_load_n(&b->hist[i][h], __ATOMIC_RELAXED);
+            if (h != MRC_HIST_REG_MIN)
+                out->hist[i][h] += x;
+            else if (x && (!out->hist[i][h] || x < out->hist[i][h]))
+                out->hist[i][h] = x;
+        }
 }
 
 void mrc_stats_sum(struct mrc_stats_block *out)
@@ -156,6 +161,7 @@ void mrc_stats_sum(struct mrc_stats_block *out)
         reg_ticks += out->hist[i][MRC_HIST_REG_NS];
         /* Counted in ticks (util/clock.h): a registration pays two counter reads. */
         out->hist[i][MRC_HIST_REG_NS] = mrc_ticks_to_ns(out->hist[i][MRC_HIST_REG_NS]);
+        out->hist[i][MRC_HIST_REG_MIN] = mrc_ticks_to_ns(out->hist[i][MRC_HIST_REG_MIN]);
     }
     out->v[MRC_STAT_REAL_REG_NS] = mrc_ticks_to_ns(reg_ticks);
     out->v[MRC_STAT_FIRST_REG_NS] = mrc_ticks_to_ns(out->v[MRC_STAT_FIRST_REG_NS]);

@@ -81,11 +81,12 @@ enum mrc_stat {
 /* Registration sizes in powers of two: bucket 0 is <= 4 KiB, the last is >= 2 GiB. */
 #define MRC_HIST_BUCKETS 20
 /* Per bucket: requests and hits (by the size requested) and the bytes the hits asked for;
- * back-end registrations, their time (ticks until summed, then ns) and bytes (by the size
+ * back-end registrations, their time (ticks until summed, then ns), the fastest one's
+ * (the same; 0: none yet; summed as the least of the blocks') and bytes (by the size
  * registered, merged and rounded). */
 enum mrc_hist {
     MRC_HIST_REQUESTS, MRC_HIST_HITS, MRC_HIST_REGS, MRC_HIST_REG_NS, MRC_HIST_HIT_BYTES, MRC_HIST_REG_BYTES,
-    MRC_HIST_LAST
+    MRC_HIST_REG_MIN, MRC_HIST_LAST
 };
 #define MRC_HIST_ROW 8   /* a bucket's row is one 64-byte line */
 
@@ -142,6 +143,16 @@ static inline unsigned mrc_hist_bucket(uint64_t len)
 static inline void mrc_hist_add(enum mrc_hist h, uint64_t len, uint64_t n)
 {
     mrc_stats_bump(&mrc_stats_block()->hist[mrc_hist_bucket(len)][h], n);
+}
+
+/* A back-end registration of len bytes that took ticks: its time among the fastest. */
+static inline void mrc_hist_reg_time(uint64_t len, uint64_t ticks)
+{
+    uint64_t *row = mrc_stats_block()->hist[mrc_hist_bucket(len)];
+    uint64_t t = ticks ? ticks : 1, min = __atomic_load_n(&row[MRC_HIST_REG_MIN], __ATOMIC_RELAXED);
+    mrc_stats_bump(&row[MRC_HIST_REG_NS], ticks);
+    if (!min || t < min)
+        __atomic_store_n(&row[MRC_HIST_REG_MIN], t, __ATOMIC_RELAXED);
 }
 
 /* A cache hit of a len-byte request: its count, and its count and bytes by size. One

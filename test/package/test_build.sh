@@ -68,14 +68,16 @@ for t in all test check tsan demo bench bench-ladder vm-test man install uninsta
 done
 report make_help_lists_targets $r
 
-# 4. The test runner: a passing test's stderr stays in its log; a failing one's is shown.
+# 4. The test runner: a passing test's stderr stays in its log; a failing one's is shown;
+# the end names each failure and counts the skips by reason.
 # (The words are printed in two pieces: the runner echoes each command line itself.)
 "$root/scripts/run-tests.sh" -l "$tmp/logs" -- "echo 'ok - quiet_one'; printf 'expected-%s\n' noise >&2" \
     "echo 'not ok - loud_one'; printf 'failure-%s\n' detail >&2" >"$tmp/runner.out" 2>&1
 rc=$?
-[ $rc -ne 0 ] && grep -q '^ok - quiet_one$' "$tmp/runner.out" && ! grep -q expected-noise "$tmp/runner.out" &&
+[ $rc -ne 0 ] && grep -q "^  1 ok  echo 'ok - quiet_one'" "$tmp/runner.out" && ! grep -q expected-noise "$tmp/runner.out" &&
     grep -q failure-detail "$tmp/runner.out" && grep -q expected-noise "$tmp/logs/001.log" &&
-    [ "$(tail -1 "$tmp/runner.out")" = "1 passed, 1 failed" ]
+    [ "$(tail -1 "$tmp/runner.out")" = "1 passed, 1 failed" ] &&
+    [ "$(grep -A1 '^# failed:$' "$tmp/runner.out" | tail -1)" = "#   loud_one ('echo 'not ok - loud_one'; printf 'failure-%s\n' detail >&2', $tmp/logs/002.log)" ]
 r=$?
 [ $r -eq 0 ] || cat "$tmp/runner.out" >&2
 report runner_keeps_passing_stderr_in_log $r
@@ -85,4 +87,9 @@ report runner_verbose_shows_everything $?
 "$root/scripts/run-tests.sh" -l "$tmp/logs2" -- "echo 'ok - before_crash'; printf 'crash-%s\n' detail >&2; exit 3" >"$tmp/runner.c" 2>&1
 [ $? -ne 0 ] && grep -q crash-detail "$tmp/runner.c" && grep -q "exited with status 3" "$tmp/runner.c"
 report runner_shows_output_of_a_crash $?
+"$root/scripts/run-tests.sh" -- "echo 'ok - a # SKIP no x'; echo 'ok - b # SKIP no x'" "echo 'ok - c # SKIP no y'" \
+    >"$tmp/runner.s" 2>&1
+[ "$(grep -A2 '^# skipped, by reason:$' "$tmp/runner.s" | tail -2 | tr '\n' '|')" = "#   2 x no x|#   1 x no y|" ] &&
+    [ "$(tail -1 "$tmp/runner.s")" = "0 passed, 0 failed, 3 skipped" ]
+report runner_counts_skips_by_reason $?
 exit 0

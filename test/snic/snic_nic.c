@@ -1,5 +1,5 @@
 /* snic_nic.c - the device: PDs, MRs and keys, the kernel's access checks, the cost model
- * (SNIC_REG_COST_NS), the failure injector (snic_fail_*, SNIC_FAIL_*), counters, the DMA
+ * (SNIC_REG_COST_NS, SNIC_SLOW_REG), the failure injector (snic_fail_*, SNIC_FAIL_*), counters, the DMA
  * calls of snic.h and ibv_advise_mr. Invariants (nic_lock): an MR is in mr_table iff live
  * and, unless ODP, pinned (a refused dereg leaves it so); live_pds/live_mrs count live
  * children; pinned_bytes sums the page spans of the pinned MRs in mr_table; an object with
@@ -56,6 +56,9 @@ static unsigned nic_gen;
 static bool cost_on;
 static uint64_t cost_fixed_ns;
 static double cost_ns_per_byte;
+/* SNIC_SLOW_REG="N:NS": the N-th registration (from 1) takes NS more, an outlier. */
+static uint64_t slow_nth, slow_ns;
+static atomic_uint_fast64_t regs_timed;
 
 /* One kind of injected failure (under nic_lock): the next 'armed' calls fail with err. */
 struct fault {
@@ -103,6 +106,24 @@ static void cost_parse(void)
     cost_fixed_ns = (uint64_t)fixed;
     cost_ns_per_byte = per;
     cost_on = fixed > 0 || per > 0;
+}
+
+static void slow_parse(void)
+{
+    const char *env = getenv("SNIC_SLOW_REG");
+    char *end;
+
+    if (!env)
+        return;
+    slow_nth = strtoull(env, &end, 10);
+    if (*end == ':')
+        slow_ns = strtoull(end + 1, &end, 10);
+    if (*end || !slow_nth || !slow_ns) {
+        snic_log("SNIC_SLOW_REG=\"%s\" is not N:NS (the N-th registration takes NS more)", env);
+        slow_nth = 0;
+        return;
+    }
+    cost_on = true;
 }
 
 static const struct {
@@ -206,6 +227,8 @@ static void cost_wait(uint64_t t0, size_t len)
     if (!cost_on)
         return;
     until = t0 + cost_fixed_ns + (uint64_t)(cost_ns_per_byte * (double)len);
+    if (slow_nth && atomic_fetch_add(&regs_timed, 1) + 1 == slow_nth)
+        until += slow_ns;
     while (now_ns() < until)
         ;
 }
@@ -628,6 +651,7 @@ static void nic_fork_child(void)
 __attribute__((constructor)) static void nic_init(void)
 {
     cost_parse();
+    slow_parse();
     fault_env("SNIC_FAIL_REG", &fault_reg);
     fault_env("SNIC_FAIL_DEREG", &fault_dereg);
     pthread_atfork(nic_fork_prepare, nic_fork_parent, nic_fork_child);
