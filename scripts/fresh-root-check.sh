@@ -41,12 +41,15 @@ SUITE=bookworm VARIANT=minbase
 CMD_DEMO='scripts/install-deps.sh && make demo'
 CMD_TEST='scripts/install-deps.sh && make test'
 
-pass=0 fail=0 skip=0
+pass=0 fail=0 skip=0 todo=0
 result() {  # result NAME STATUS [WHY]
     if [ "$2" -eq 0 ]; then echo "ok - $1"; pass=$((pass + 1)); else echo "not ok - $1${3:+ ($3)}"; fail=$((fail + 1)); fi
 }
 finish() {
-    if [ $skip -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
+    local summary="$pass passed, $fail failed"
+    [ $skip -gt 0 ] && summary="$summary, $skip skipped"
+    [ $todo -gt 0 ] && summary="$summary, $todo todo"
+    echo "$summary"
     [ $fail -eq 0 ]
     exit
 }
@@ -179,7 +182,9 @@ run_in_root() {  # run_in_root NAME COMMAND
     ' sh "$root" "$DEBS" "$cmd" >"$work/$name.log" 2>&1
     rc=$?
     eval "t_$name=\$((\$(now) - t1))"
-    echo "# $name: exit $rc after $(($(now) - t1))s (log: $work/$name.log)"
+    # The log outlives the roots, which go at exit (unless --keep): in the cache.
+    mkdir -p "$CACHE/logs" && cp "$work/$name.log" "$CACHE/logs/$name.log"
+    echo "# $name: exit $rc after $(($(now) - t1))s (log: $CACHE/logs/$name.log)"
     if [ "$name" = demo ]; then
         grep -q '^speed-up: ' "$work/$name.log"
         local r=$?
@@ -189,8 +194,9 @@ run_in_root() {  # run_in_root NAME COMMAND
         return
     fi
     # The test run's own lines, and its counts added to ours.
-    local line p f s
-    grep -E '^not ok - ' "$work/$name.log"
+    local line p f s t
+    grep -E '^not ok - ' "$work/$name.log" | grep -v '# TODO'
+    grep -A100 '^# failed:$' "$work/$name.log" | grep '^#   '   # the runner's list of failures
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$work/$name.log" | tail -1)
     if [ -z "$line" ]; then
         tail -30 "$work/$name.log" | sed 's/^/#   /'
@@ -201,11 +207,13 @@ run_in_root() {  # run_in_root NAME COMMAND
     p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
     f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
     s=$(echo "$line" | sed -nE 's/.*, ([0-9]+) skipped.*/\1/p')
-    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + ${s:-0}))
+    t=$(echo "$line" | sed -nE 's/.*, ([0-9]+) todo.*/\1/p')
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + ${s:-0})); todo=$((todo + ${t:-0}))
     [ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || result readme_test 1 "'$cmd' exited $rc"
 }
 t_demo=0 t_test=0
 [ "$ONLY" = test ] || run_in_root demo "$CMD_DEMO"
 [ "$ONLY" = demo ] || run_in_root test "$CMD_TEST"
 echo "# timing: bootstrap ${t_boot}s ($boot_note), demo ${t_demo}s, test ${t_test}s, total $(($(now) - t0 + t_boot))s"
+echo "# cache kept for the next run: $CACHE ($(du -sh "$CACHE" 2>/dev/null | cut -f1); remove it to reclaim the space)"
 finish

@@ -6,6 +6,7 @@
 #include "interpose/hooks.h"
 #include "monitor/patch.h"
 #include "runtime/runtime.h"
+#include "util/config.h"
 #include "util/real.h"
 
 /* The exports the unmap path relies on, the table's guarded rows: a patcher that finds
@@ -26,6 +27,7 @@ static const struct mrc_rt_entry verbs_entries[] = { MRC_FNS(ENTRY) };
 __attribute__((constructor)) static void mrc_start(void)
 {
     mrc_init();
+    mrc_config_pass_on();   /* here, not in mrc_init, which a hook may run */
     mrc_rt_verbs_entries(verbs_entries, sizeof(verbs_entries) / sizeof(verbs_entries[0]));
     mrc_rt_guard_exports(exports, sizeof(exports) / sizeof(exports[0]));
     mrc_rt_free_direct(mrc_own_free);

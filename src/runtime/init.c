@@ -263,7 +263,7 @@ void mrc_init(void)
     mrc_clock_init();
     mrc_config_load(&mrc_rt.cfg);
     mrc_log_level = mrc_rt.cfg.log_level;
-    if (mrc_rt.cfg.help)
+    if (mrc_rt.cfg.help && !mrc_config_quiet())
         mrc_config_print_help(2);
     mrc_real_resolve_libc();
 

@@ -394,8 +394,48 @@ static unsigned distance(const char *a, const char *b)
     return row[lb];
 }
 
-/* Variables of the MRCACHE_ prefix that are not the library's: the test suite's. */
-static const char *const foreign[] = { "MRCACHE_TEST_DEVICE", "MRCACHE_TEST_GID_INDEX" };
+/* What a parent that spoke about its settings leaves its children: a digest of the
+ * MRCACHE_* variables it warned about, so that a child with the same ones stays quiet
+ * (a job script's every ls would otherwise repeat the warning). Set only when something
+ * was said: a program whose settings are fine never sees it. */
+#define SAID_VAR "MRCACHE_WARNED"
+
+/* Variables of the MRCACHE_ prefix that are not settings: the digest, the test suite's. */
+static const char *const foreign[] = { SAID_VAR, "MRCACHE_TEST_DEVICE", "MRCACHE_TEST_GID_INDEX" };
+
+static char digest[17];   /* of this process's MRCACHE_* variables, in hex */
+static int said_before;   /* the parent said it all: this process stays quiet */
+static int spoke;         /* this process warned about its settings, or printed the table */
+
+/* FNV-1a over the MRCACHE_* entries of the environment, the digest's own left out. */
+static void digest_settings(void)
+{
+    extern char **environ;
+    uint64_t h = 1469598103934665603ull;
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "MRCACHE_", 8) || !strncmp(*e, SAID_VAR "=", sizeof(SAID_VAR)))
+            continue;
+        for (const unsigned char *c = (const unsigned char *)*e; *c; c++)
+            h = (h ^ *c) * 1099511628211ull;
+        h = (h ^ '\n') * 1099511628211ull;
+    }
+    snprintf(digest, sizeof(digest), "%016llx", (unsigned long long)h);
+    const char *was = getenv(SAID_VAR);
+    said_before = was && !strcmp(was, digest);
+}
+
+int mrc_config_quiet(void)
+{
+    if (!said_before)
+        spoke = 1;   /* the caller is about to say something about the settings */
+    return said_before;
+}
+
+void mrc_config_pass_on(void)
+{
+    if (spoke && !said_before)
+        setenv(SAID_VAR, digest, 1);
+}
 
 /* One line for each MRCACHE_* variable the library does not know (a misspelt name is
  * otherwise silently without effect), naming the closest known one. */
@@ -423,7 +463,7 @@ static void warn_unknown(void)
         }
         for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]) && !known; i++)
             known = !strcmp(name, foreign[i]);
-        if (known)
+        if (known || mrc_config_quiet())
             continue;
         if (closest && best <= 3 && 2 * best < strlen(name + 8))   /* close, and not a guess */
             MRC_WARN("%s is not a libmrcache setting (did you mean %s?); it has no effect", name, closest);
@@ -434,6 +474,7 @@ static void warn_unknown(void)
 
 void mrc_config_load(struct mrc_config *cfg)
 {
+    digest_settings();
     warn_unknown();
     memset(cfg, 0, sizeof(*cfg));
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -442,7 +483,9 @@ void mrc_config_load(struct mrc_config *cfg)
         if (r->parse(r->def, field) != 0)
             MRC_ERROR("internal: bad default for %s", r->name);
         const char *v = getenv(r->name);
-        if (v && r->parse(v, field) != 0) {
+        if (v && r->parse(v, field) != 0 && mrc_config_quiet()) {
+            r->parse(r->def, field);
+        } else if (v && r->parse(v, field) != 0) {
             /* The line without the value ("libmrcache[pid]: " and the fixed words) takes
              * what it takes; the value is quoted in the rest. */
             const char *what = expected(r->parse);

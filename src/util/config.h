@@ -65,6 +65,16 @@ static inline uint64_t mrc_config_large_bytes(const struct mrc_config *cfg, uint
 /* Fills cfg from the environment (getenv only: no allocation). */
 void mrc_config_load(struct mrc_config *cfg);
 
+/* Before anything is said about the settings (a warning, the MRCACHE_HELP table):
+ * whether to stay quiet, because the parent process said it already of the same
+ * MRCACHE_* variables. */
+int mrc_config_quiet(void);
+
+/* From the constructor, after mrc_config_load: if this process said something about
+ * its settings, its children are told (one environment variable), so that those with
+ * the same settings stay quiet. Outside any hook (it calls setenv). */
+void mrc_config_pass_on(void);
+
 /* Writes the table (name, default, meaning) to fd: MRCACHE_HELP=1 (README.md and
  * libmrcache(7) list the same variables; the tests compare them). */
 void mrc_config_print_help(int fd);

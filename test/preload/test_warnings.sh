@@ -2,7 +2,8 @@
 # test_warnings.sh - the warnings that save hours, on the software NIC: each printed once
 # (registrations from two threads and a forked child), none without its cause, and
 # nothing at all in a program that never registers: MRCACHE_MONITOR=none; an MRCACHE_*
-# variable the library does not know (with the closest known name); fork-safe mode
+# variable the library does not know (with the closest known name), said once per job;
+# fork-safe mode
 # (RDMAV_FORK_SAFE, IBV_FORK_SAFE) where the kernel does not make it unneeded, and
 # RDMAV_HUGEPAGES_SAFE with it; UCX's registration cache loaded; libfabric loaded (its
 # cache off under ours, or beside it with another of its monitors); RLIMIT_MEMLOCK small
@@ -44,6 +45,18 @@ run MRCACHE_MAX_ENTRY=5 "$WL"
 expect misspelt_variable_named_with_the_closest 'MRCACHE_MAX_ENTRY is not a libmrcache setting \(did you mean MRCACHE_MAX_ENTRIES\?\)' 1
 run MRCACHE_ZZQ=1 "$WL"
 expect unknown_variable_named_without_a_guess 'MRCACHE_ZZQ is not a libmrcache setting; it has no effect' 1
+
+# Said once per job: a shell's children with the same settings stay quiet; a child whose
+# settings differ says its own.
+run MRCACHE_LOG=loud bash -c '/bin/true; /bin/true; true'
+[ "$(count 'MRCACHE_LOG="loud" is not valid')" -eq 1 ]
+report bad_value_said_once_per_job $?
+run MRCACHE_LOG=loud bash -c '/bin/true; MRCACHE_LOG=louder /bin/true; true'
+[ "$(count 'MRCACHE_LOG="loud" is not valid')" -eq 1 ] && [ "$(count 'MRCACHE_LOG="louder" is not valid')" -eq 1 ]
+report child_with_other_settings_says_its_own $?
+run bash -c 'env' >"$tmp/env"
+! grep -q '^MRCACHE_WARNED=' "$tmp/env"
+report nothing_passed_on_when_nothing_was_said $?
 run MRCACHE_MONITOR=none WL_COUNT=0 "$WL"
 expect monitor_none_silent_without_registrations . 0
 
