@@ -1,6 +1,7 @@
 /* top.c - the viewer of the live segments (runtime/live.h), run through the library file
  * as a program for mrcache(1): --top (a refreshing view of every process under the
- * cache, like top), --once (one snapshot, text or JSON) and --flush PID. Invariants: it
+ * cache, like top), --once (one snapshot: text, JSON or Prometheus' text format, each
+ * process labelled by host, batch job and ranks) and --flush PID. Invariants: it
  * reads only the segments its user may open (root: all); a segment whose process is gone
  * (or whose pid now names another process) is removed, and said; it never allocates
  * (nothing of the cache runs here: see main.c), reaches the kernel through util/sys.h,
@@ -17,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <linux/futex.h>
+#include <stddef.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,14 +42,17 @@ struct proc {
 struct row {
     long pid;
     char comm[16];
+    char host[64], job[48];
+    int rank, local_rank;
     double req_s, hit_s, miss_s, inval_s, reg_ms_s, hit_pct;
     uint64_t requests, hits, misses, invalidations, reg_ns, entries;
     uint64_t in_use, idle, waiting;
     int stale;
 };
 
-enum sort_key { SORT_PID, SORT_REQ, SORT_HIT, SORT_PINNED, SORT_IDLE, SORT_ENTRIES };
-static const char *const sort_names[] = { "pid", "req", "hit", "pinned", "idle", "entries" };
+enum sort_key { SORT_PID, SORT_REQ, SORT_HIT, SORT_PINNED, SORT_IDLE, SORT_ENTRIES, SORT_JOB };
+static const char *const sort_names[] = { "pid", "req", "hit", "pinned", "idle", "entries", "job" };
+static const char *only_job;   /* --job: the processes of that batch job alone */
 
 static struct proc procs[MAX_PROCS], prev[MAX_PROCS];
 static unsigned nprocs, nprev;
@@ -207,6 +212,10 @@ static void round_trip(long only, int flush, uint32_t *flushed)
         struct mrc_live_seg *s = attach(path, procs[i].pid);
         if (!s)
             continue;
+        if (only_job && strncmp(s->job, only_job, sizeof(s->job))) {
+            mrc_sys_munmap(s, sizeof(*s));
+            continue;
+        }
         procs[n] = procs[i];
         maps[n] = s;
         ask(s, flush, &sreq[n], &freq[n]);
@@ -272,6 +281,12 @@ static void make_rows(void)
         r->pid = procs[i].pid;
         memcpy(r->comm, s->comm, sizeof(r->comm));
         r->comm[sizeof(r->comm) - 1] = 0;
+        memcpy(r->host, s->host, sizeof(r->host));
+        r->host[sizeof(r->host) - 1] = 0;
+        memcpy(r->job, s->job, sizeof(r->job));
+        r->job[sizeof(r->job) - 1] = 0;
+        r->rank = s->rank;
+        r->local_rank = s->local_rank;
         r->req_s = per_s(a->requests, b->requests, dt);
         r->hit_s = per_s(a->hits, b->hits, dt);
         r->miss_s = per_s(a->misses, b->misses, dt);
@@ -308,6 +323,14 @@ static int cmp_rows(const void *x, const void *y)
     case SORT_PINNED: ka = (double)(a->in_use + a->idle + a->waiting); kb = (double)(b->in_use + b->idle + b->waiting); break;
     case SORT_IDLE: ka = (double)a->idle; kb = (double)b->idle; break;
     case SORT_ENTRIES: ka = (double)a->entries; kb = (double)b->entries; break;
+    case SORT_JOB: {   /* by job, then rank, then pid */
+        int c = strcmp(a->job, b->job);
+        if (c)
+            return c;
+        if (a->rank != b->rank)
+            return (a->rank > b->rank) - (a->rank < b->rank);
+        return (a->pid > b->pid) - (a->pid < b->pid);
+    }
     default: return (a->pid > b->pid) - (a->pid < b->pid);
     }
     if (ka != kb)
@@ -342,16 +365,17 @@ static void put_line(unsigned width, const char *line)
 static void put_header(unsigned width)
 {
     char line[256];
-    snprintf(line, sizeof(line), "%7s %-15s %9s %9s %9s %6s %8s %8s %7s %7s %7s %7s", "PID", "COMMAND", "REQ/s",
-             "HIT/s", "MISS/s", "HIT%", "INVAL/s", "REGms/s", "INUSE", "IDLE", "WAITING", "ENTRIES");
+    snprintf(line, sizeof(line), "%7s %-15s %-10s %5s %9s %9s %9s %6s %8s %8s %7s %7s %7s %7s", "PID", "COMMAND", "JOB",
+             "RANK", "REQ/s", "HIT/s", "MISS/s", "HIT%", "INVAL/s", "REGms/s", "INUSE", "IDLE", "WAITING", "ENTRIES");
     put_line(width, line);
 }
 
 static void put_row(unsigned width, const struct row *r)
 {
-    char line[256], u[16], i[16], w[16];
-    snprintf(line, sizeof(line), "%7ld %-15s %9.0f %9.0f %9.0f %5.1f%c %8.0f %8.2f %7s %7s %7s %7llu", r->pid,
-             r->comm, r->req_s, r->hit_s, r->miss_s, r->hit_pct, r->stale ? '?' : ' ', r->inval_s, r->reg_ms_s,
+    char line[256], u[16], i[16], w[16], rank[12];
+    snprintf(rank, sizeof(rank), r->rank >= 0 ? "%d" : "-", r->rank);
+    snprintf(line, sizeof(line), "%7ld %-15s %-10.10s %5s %9.0f %9.0f %9.0f %5.1f%c %8.0f %8.2f %7s %7s %7s %7llu",
+             r->pid, r->comm, r->job[0] ? r->job : "-", rank, r->req_s, r->hit_s, r->miss_s, r->hit_pct, r->stale ? '?' : ' ', r->inval_s, r->reg_ms_s,
              human(u, sizeof(u), r->in_use), human(i, sizeof(i), r->idle), human(w, sizeof(w), r->waiting),
              (unsigned long long)r->entries);
     put_line(width, line);
@@ -381,6 +405,21 @@ static void put_json(double interval)
         const struct row *r = &rows[k];
         put("%s\n  {\"pid\": %ld, \"command\": ", k ? "," : "", r->pid);
         put_json_str(r->comm);
+        put(", \"host\": ");
+        put_json_str(r->host);
+        put(", \"job\": ");
+        if (r->job[0])
+            put_json_str(r->job);
+        else
+            put("null");
+        if (r->rank >= 0)
+            put(", \"rank\": %d", r->rank);
+        else
+            put(", \"rank\": null");
+        if (r->local_rank >= 0)
+            put(", \"local_rank\": %d", r->local_rank);
+        else
+            put(", \"local_rank\": null");
         put(", \"answered\": %s, \"requests_per_s\": %.3f, \"hits_per_s\": %.3f, \"misses_per_s\": %.3f, "
             "\"hit_rate\": %.4f, \"invalidations_per_s\": %.3f, \"registration_ms_per_s\": %.4f, "
             "\"requests\": %llu, \"hits\": %llu, \"misses\": %llu, \"invalidations\": %llu, "
@@ -397,6 +436,87 @@ static void put_json(double interval)
     put("]}\n");
 }
 
+/* A label value in the text exposition format: backslash, quote and newline escaped. */
+static void put_prom_label(const char *name, const char *v, int more)
+{
+    put("%s=\"", name);
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            put("\\%c", *v);
+        else if (*v == '\n')
+            put("\\n");
+        else
+            put("%c", *v);
+    }
+    put("\"%s", more ? "," : "");
+}
+
+static void put_prom_labels(const struct row *r, const char *extra)
+{
+    char pid[24], rank[12], local[12];
+    snprintf(pid, sizeof(pid), "%ld", r->pid);
+    snprintf(rank, sizeof(rank), "%d", r->rank);
+    snprintf(local, sizeof(local), "%d", r->local_rank);
+    put("{");
+    put_prom_label("host", r->host, 1);
+    if (r->job[0])
+        put_prom_label("job", r->job, 1);
+    if (r->rank >= 0)
+        put_prom_label("rank", rank, 1);
+    if (r->local_rank >= 0)
+        put_prom_label("local_rank", local, 1);
+    put_prom_label("command", r->comm, 1);
+    put_prom_label("pid", pid, extra != NULL);
+    if (extra)
+        put("%s", extra);
+    put("}");
+}
+
+/* Prometheus' text exposition format (what the node exporter's textfile collector
+ * reads): one family per quantity, a sample per process, labelled by host, job, rank,
+ * rank on the node, command and pid. */
+static void put_prometheus(void)
+{
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;   /* of the row's uint64_t; (size_t)-1: the pinned bytes by state */
+    } fam[] = {
+        { "mrcache_requests_total", "counter", "Registrations requested of the cache.", offsetof(struct row, requests) },
+        { "mrcache_hits_total", "counter", "Requests served from the cache.", offsetof(struct row, hits) },
+        { "mrcache_misses_total", "counter", "Requests registered with the NIC.", offsetof(struct row, misses) },
+        { "mrcache_invalidations_total", "counter", "Cached registrations invalidated by memory changes.",
+          offsetof(struct row, invalidations) },
+        { "mrcache_registration_seconds_total", "counter", "Time spent in the NIC's registrations.",
+          offsetof(struct row, reg_ns) },
+        { "mrcache_entries", "gauge", "Registrations in the cache.", offsetof(struct row, entries) },
+        { "mrcache_pinned_bytes", "gauge", "Bytes registered, by state (in_use, idle, waiting).", (size_t)-1 },
+    };
+    for (unsigned f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+        put("# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name, fam[f].type);
+        for (unsigned k = 0; k < nprocs; k++) {
+            const struct row *r = &rows[k];
+            if (fam[f].off == (size_t)-1) {
+                static const char *const st[] = { "state=\"in_use\"", "state=\"idle\"", "state=\"waiting\"" };
+                const uint64_t v[] = { r->in_use, r->idle, r->waiting };
+                for (unsigned i = 0; i < 3; i++) {
+                    put("%s", fam[f].name);
+                    put_prom_labels(r, st[i]);
+                    put(" %llu\n", (unsigned long long)v[i]);
+                }
+                continue;
+            }
+            uint64_t v;
+            memcpy(&v, (const char *)r + fam[f].off, sizeof(v));
+            put("%s", fam[f].name);
+            put_prom_labels(r, NULL);
+            if (fam[f].off == offsetof(struct row, reg_ns))
+                put(" %.9f\n", (double)v / 1e9);
+            else
+                put(" %llu\n", (unsigned long long)v);
+        }
+    }
+}
+
 static void say_removed(void)
 {
     for (unsigned k = 0; k < nremoved; k++)
@@ -405,7 +525,9 @@ static void say_removed(void)
     nremoved = 0;
 }
 
-static int once(double interval, int json)
+enum once_format { ONCE_TEXT, ONCE_JSON, ONCE_PROMETHEUS };
+
+static int once(double interval, enum once_format format)
 {
     if (interval > 0) {
         round_trip(0, 0, NULL);
@@ -415,8 +537,11 @@ static int once(double interval, int json)
     round_trip(0, 0, NULL);
     make_rows();
     qsort(rows, nprocs, sizeof(rows[0]), cmp_rows);
-    if (json) {
+    if (format == ONCE_JSON) {
         put_json(interval);
+    } else if (format == ONCE_PROMETHEUS) {
+        say_removed();
+        put_prometheus();
     } else {
         say_removed();
         put_header(0);
@@ -461,7 +586,7 @@ static void draw(double interval)
              human(c, sizeof(c), waiting));
     put_line(width, line);
     snprintf(line, sizeof(line),
-             "every %.1fs, sorted by %s; keys: p pid, r req/s, h hit%%, b pinned, i idle, e entries, q quit",
+             "every %.1fs, sorted by %s; keys: p pid, r req/s, h hit%%, b pinned, i idle, e entries, j job, q quit",
              interval, sort_names[sort_by]);
     put_line(width, line);
     put("\n");
@@ -511,7 +636,7 @@ static int top(double interval)
                 pf.fd = -1;   /* end of input: keep refreshing, read no more */
                 continue;
             }
-            const char *keys = "prhbie";
+            const char *keys = "prhbiej";
             const char *k = strchr(keys, key);
             if (key == 'q')
                 stop = 1;
@@ -559,8 +684,8 @@ static int flush_pid(long pid)
 static int usage(const char *what, const char *arg)
 {
     say("mrcache: %s%s%s%s\n", what, arg ? " '" : "", arg ? arg : "", arg ? "'" : "");
-    say("usage: mrcache --top [-d SECONDS] [--sort KEY]\n"
-        "       mrcache --once [--json] [-d SECONDS] [--sort KEY]\n"
+    say("usage: mrcache --top [-d SECONDS] [--sort KEY] [--job ID]\n"
+        "       mrcache --once [--json | --prometheus] [-d SECONDS] [--sort KEY] [--job ID]\n"
         "       mrcache --flush PID\n");
     return 125;
 }
@@ -569,12 +694,18 @@ int mrc_top_main(int argc, char **argv)
 {
     const char *mode = argv[0];
     double interval = !strcmp(mode, "--top") ? 2.0 : 1.0;
-    int json = 0;
+    enum once_format format = ONCE_TEXT;
     long pid = 0;
     for (int i = 1; i < argc; i++) {
         char *end;
         if (!strcmp(argv[i], "--json") && !strcmp(mode, "--once")) {
-            json = 1;
+            format = ONCE_JSON;
+        } else if (!strcmp(argv[i], "--prometheus") && !strcmp(mode, "--once")) {
+            format = ONCE_PROMETHEUS;
+        } else if (!strcmp(argv[i], "--job") && strcmp(mode, "--flush")) {
+            if (i + 1 >= argc)
+                return usage("--job needs a batch job id", NULL);
+            only_job = argv[++i];
         } else if (!strcmp(argv[i], "-d") && strcmp(mode, "--flush")) {
             if (i + 1 >= argc)
                 return usage("-d needs a number of seconds", NULL);
@@ -585,12 +716,12 @@ int mrc_top_main(int argc, char **argv)
                              argv[i]);
         } else if (!strcmp(argv[i], "--sort") && strcmp(mode, "--flush")) {
             if (i + 1 >= argc)
-                return usage("--sort needs a key (pid, req, hit, pinned, idle or entries)", NULL);
+                return usage("--sort needs a key (pid, req, hit, pinned, idle, entries or job)", NULL);
             unsigned k = 0;
             while (k < sizeof(sort_names) / sizeof(sort_names[0]) && strcmp(sort_names[k], argv[i + 1]))
                 k++;
             if (k == sizeof(sort_names) / sizeof(sort_names[0]))
-                return usage("--sort takes pid, req, hit, pinned, idle or entries, not", argv[i + 1]);
+                return usage("--sort takes pid, req, hit, pinned, idle, entries or job, not", argv[i + 1]);
             sort_by = (enum sort_key)k;
             i++;
         } else if (!strcmp(mode, "--flush") && !pid) {
@@ -605,6 +736,6 @@ int mrc_top_main(int argc, char **argv)
     if (!strcmp(mode, "--flush"))
         return pid ? flush_pid(pid) : usage("--flush needs a process id", NULL);
     if (!strcmp(mode, "--once"))
-        return once(interval, json);
+        return once(interval, format);
     return top(interval);
 }

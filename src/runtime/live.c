@@ -20,6 +20,7 @@
 #include "runtime/state.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/outpath.h"
 #include "util/sys.h"
 
 static struct mrc_live_seg *seg;
@@ -112,6 +113,40 @@ static int create(const char *path)
     return mrc_sys_open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
+/* The first of names that is set, or NULL. */
+static const char *first_env(const char *const *names, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v)
+            return v;
+    }
+    return NULL;
+}
+
+static int32_t local_rank(void)
+{
+    static const char *const names[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                                         "PALS_LOCAL_RANKID" };
+    const char *v = first_env(names, sizeof(names) / sizeof(names[0]));
+    char *end;
+    long r = v ? strtol(v, &end, 10) : -1;
+    return v && !*end && r >= 0 && r < INT32_MAX ? (int32_t)r : -1;
+}
+
+static void labels(struct mrc_live_seg *s)
+{
+    static const char *const jobs[] = { "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID" };
+    if (gethostname(s->host, sizeof(s->host)))
+        s->host[0] = 0;
+    s->host[sizeof(s->host) - 1] = 0;
+    const char *job = first_env(jobs, sizeof(jobs) / sizeof(jobs[0]));
+    snprintf(s->job, sizeof(s->job), "%s", job ? job : "");
+    long r = mrc_outpath_rank();
+    s->rank = r >= 0 && r < INT32_MAX ? (int32_t)r : -1;
+    s->local_rank = local_rank();
+}
+
 static uint32_t *open_segment(void)
 {
     char path[sizeof(seg_path)];
@@ -144,6 +179,7 @@ static uint32_t *open_segment(void)
     long n = mrc_read_text("/proc/self/comm", s->comm, sizeof(s->comm));
     if (n > 0 && s->comm[n - 1] == '\n')
         s->comm[n - 1] = 0;
+    labels(s);
     /* Last: a viewer takes the segment for what it is only once the rest is there. */
     __atomic_store_n(&s->magic, MRC_LIVE_MAGIC, __ATOMIC_RELEASE);
     memcpy(seg_path, path, sizeof(seg_path));

@@ -18,7 +18,7 @@
 
 #define MRC_LIVE_DIR "/dev/shm"
 #define MRC_LIVE_PREFIX "mrcache-"
-#define MRC_LIVE_MAGIC 0x3165766c6372726dull   /* "mrrclve1" */
+#define MRC_LIVE_MAGIC 0x3265766c6372726dull   /* "mrrclve2" */
 #define MRC_LIVE_WAKE 0x80000000u              /* in 'wake': a viewer asked */
 
 struct mrc_live_seg {
@@ -38,6 +38,12 @@ struct mrc_live_seg {
     uint64_t pinned_in_use;      /* registrations someone holds */
     uint64_t pinned_idle;        /* cached, held by nobody: what a flush releases */
     uint64_t pinned_waiting;     /* invalidated or refused, waiting for deregistration */
+    /* What an operator labels it by, at creation: the host, the batch job
+     * (SLURM_JOB_ID, PBS_JOBID, LSB_JOBID, FLUX_JOB_ID; empty outside one), the rank and
+     * the rank on this node (-1 where no launcher says). */
+    char host[64];
+    char job[48];
+    int32_t rank, local_rank;
 };
 
 /* The path of pid's segment of user uid, into buf. */

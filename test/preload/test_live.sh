@@ -2,7 +2,8 @@
 # test_live.sh BUILD [PRELOAD_PREFIX] - the live view on the software NIC: a process under
 # the cache publishes its counters in /dev/shm/mrcache-UID-PID (mode 0600, its user's
 # only: another user cannot open it nor flush), `mrcache --once` shows them (text, JSON:
-# requests, hits, misses, pinned bytes in use / idle / waiting, entries), `mrcache
+# requests, hits, misses, pinned bytes in use / idle / waiting, entries; the batch job
+# and ranks it started with, --job keeping that job's alone; Prometheus' format), `mrcache
 # --flush PID` and mrcache_flush() release the idle registrations of a program that makes
 # no further verbs call (VmPin drops), the segment goes at exit, a killed or exec'd
 # process's is removed by the viewer (a killed one also by the user's next process), and
@@ -28,7 +29,7 @@ if [ -n "$PRE" ]; then
     VIEWER=$(pwd)/build/libmrcache.so
     if [ ! -f "$VIEWER" ] || ! LD_PRELOAD='' "$VIEWER" --version >/dev/null 2>&1; then
         for t in segment_private once_counts once_text flush_releases_sleeper api_flush other_user_cannot_open \
-                 killed_segment_removed next_process_removes_dead_segment exec_segment_removed \
+                 labels_and_job_filter once_prometheus killed_segment_removed next_process_removes_dead_segment exec_segment_removed \
                  exit_removes_segment full_shm_warns_and_runs top_in_terminal; do
             skip "live_$t" "a sanitizer build cannot be run as a program, and there is no plain build/ to view with"
         done
@@ -88,6 +89,32 @@ awk -v p="$A" '$1 == p && $2 == "live_prog" && $(NF-3) == "1.0M" && $(NF-2) == "
     "$tmp/once.txt" || r=1
 [ $r -ne 0 ] && cat "$tmp/once.txt" >&2
 report live_once_text $r
+
+# --- Labels: the batch job and ranks a process started with; Prometheus' format ---------
+SLURM_JOB_ID=job$$ OMPI_COMM_WORLD_RANK=5 OMPI_COMM_WORLD_LOCAL_RANK=1 start j sleep
+J=$PID
+r=0
+$MRC --once --json -d 0 --job "job$$" >"$tmp/job.json" 2>/dev/null || r=1
+for f in job:job$$ rank:5 local_rank:1 host:"$(hostname)"; do
+    got=$(json_field "$tmp/job.json" "$J" "${f%%:*}")
+    [ "$got" = "${f#*:}" ] || { echo "${f%%:*}: $got, expected ${f#*:}" >&2; r=1; }
+done
+[ "$(json_field "$tmp/job.json" "$A" pid)" = absent ] || { echo "--job kept a process of no job" >&2; r=1; }
+[ "$(json_field "$tmp/once.json" "$A" rank)" = None ] || r=1
+report live_labels_and_job_filter $r
+r=0
+$MRC --once --prometheus -d 0 --job "job$$" >"$tmp/prom.txt" 2>/dev/null || r=1
+grep -q '^# TYPE mrcache_requests_total counter$' "$tmp/prom.txt" &&
+    grep -Eq "^mrcache_requests_total\{host=\"[^\"]*\",job=\"job$$\",rank=\"5\",local_rank=\"1\",command=\"live_prog\",pid=\"$J\"\} 48$" \
+        "$tmp/prom.txt" &&
+    grep -Eq "^mrcache_pinned_bytes\{.*pid=\"$J\",state=\"idle\"\} $((3072 * KB))$" "$tmp/prom.txt" &&
+    grep -Eq "^mrcache_registration_seconds_total\{.*pid=\"$J\"\} [0-9]+\.[0-9]{9}$" "$tmp/prom.txt" || r=1
+# Every sample line is NAME{LABELS} VALUE, every family has HELP and TYPE.
+awk '/^#/ {next} !/^[a-z_]+\{([a-z_]+="[^"]*",?)+\} [0-9.]+$/ {bad = 1} END {exit bad}' "$tmp/prom.txt" || r=1
+[ "$(grep -c '^# HELP ' "$tmp/prom.txt")" -eq "$(grep -c '^# TYPE ' "$tmp/prom.txt")" ] || r=1
+[ $r -ne 0 ] && cat "$tmp/prom.txt" >&2
+report live_once_prometheus $r
+kill "$J" 2>/dev/null
 
 # --- Flush on demand ----------------------------------------------------------------------
 # The program sleeps in pause(): only its helper thread can release anything.

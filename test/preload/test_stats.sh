@@ -103,7 +103,7 @@ PY
 report saved_estimate_robust_to_one_slow_registration $?
 # Destinations that are no file are written to as they are, never replaced by a sibling.
 run MRCACHE_STATS=/dev/null "$WL" 2>"$tmp/null.err"
-[ -c /dev/null ] && [ ! -e /dev/null.1 ] && ! grep -q 'libmrcache' "$tmp/null.err"
+[ -c /dev/null ] && [ ! -e /dev/null.1 ] && ! grep -q 'stats' "$tmp/null.err"
 report dump_to_dev_null_replaces_nothing $?
 run MRCACHE_STATS=/dev/fd/2 "$WL" 2>"$tmp/fd2.err"
 grep -q 'hit rate' "$tmp/fd2.err" && [ ! -e /dev/fd/2.1 ]
@@ -118,7 +118,7 @@ report dump_to_a_fifo_reaches_its_reader $?
 # Missing directories are made (0700, under the umask); a directory is refused in one line.
 (umask 022 && run MRCACHE_STATS="$tmp/made/deeper/s.%p.txt" "$WL" 2>"$tmp/made.err")
 f=$(ls "$tmp"/made/deeper/s.*.txt 2>/dev/null | head -1)
-[ -n "$f" ] && grep -q 'hit rate' "$f" && [ "$(stat -c %a "$tmp/made")" = 700 ] && [ ! -s "$tmp/made.err" ]
+[ -n "$f" ] && grep -q 'hit rate' "$f" && [ "$(stat -c %a "$tmp/made")" = 700 ] && ! grep -q 'stats' "$tmp/made.err"
 report dump_makes_missing_directories $?
 mkdir "$tmp/adir"
 run MRCACHE_STATS="$tmp/adir" "$WL" 2>"$tmp/dir.err"
