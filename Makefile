@@ -190,12 +190,16 @@ help:
 	    '                 $(BUILD)/test-logs/, shown on the terminal when it fails)' \
 	    '  check          the tests under ASan and UBSan (in build-asan/)' \
 	    '  tsan           the cache core'"'"'s threaded tests under ThreadSanitizer (build-tsan/)' \
+	    '  layers         the layer check (part of test): includes, system calls, PLT calls' \
 	    '  demo           a program that registers every message, without and with the cache' \
 	    '  bench          benchmarks against UCX'"'"'s rcache and no cache (not part of test)' \
+	    '  bench-compare  bench'"'"'s table alone (no cache, libmrcache, UCX), without its parts' \
+	    '  bench-deps     install UCX'"'"'s headers for bench (scripts/install-deps.sh --bench)' \
 	    '  bench-ladder   the miss workload with ever less of the miss path, beside UCX' \
 	    '  cache-bench, itree-bench, uffd-bench, verify-bench' \
-	    '                 one part of bench each' \
+	    '                 one part each (bench runs all but verify-bench)' \
 	    '  vm-test        the Soft-RoCE tests in a qemu VM' \
+	    '  vm-progs       build the VM'"'"'s test programs only, without the VM' \
 	    '  man            the manual pages, with the version filled in, in $(BUILD)/man/' \
 	    '  install        library, header, mrcache.pc, mrcache, mrcache-report, manual pages' \
 	    '                 (PREFIX=$(PREFIX) DESTDIR=; also LIBDIR, BINDIR, INCLUDEDIR, MANDIR)' \

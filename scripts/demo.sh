@@ -5,7 +5,29 @@
 # NIC, with a NIC's registration cost modelled (16 us + 0.06 ns/B, UCX's figures).
 # Usage: demo.sh [BUILD_DIR] [MESSAGE_BYTES] [MESSAGES] (a number first is MESSAGE_BYTES)
 set -euo pipefail
+usage() {
+    cat <<'EOF'
+usage: scripts/demo.sh [BUILD_DIR] [MESSAGE_BYTES] [MESSAGES]
+
+Runs BUILD_DIR/demo/mrc_demo (built by `make demo`), a verbs program that
+registers and deregisters the buffer of every message it writes (8 buffers in
+turn): 3 rounds without and 3 with BUILD_DIR/libmrcache.so preloaded,
+alternated. It uses a real RDMA device if libibverbs finds one, else the
+software NIC in BUILD_DIR/snic, which checks every message it reads from the
+pinned pages, with a NIC's registration cost modelled (16 us + 0.06 ns/B;
+SNIC_REG_COST_NS=NS,NS_PER_BYTE sets another).
+
+  BUILD_DIR      build tree (default build; a number first is MESSAGE_BYTES)
+  MESSAGE_BYTES  bytes per message (default 65536)
+  MESSAGES       messages per round (default 20000)
+
+Prints which NIC it uses, each round's messages per second, the medians, the
+speed-up (median with / median without) and libmrcache's statistics of the last
+round (kept in BUILD_DIR/demo/stats.txt).
+EOF
+}
 case ${1:-} in
+-h | --help) usage; exit 0 ;;
 [0-9]*) set -- build "$@" ;;
 esac
 B=$(cd "${1:-build}" && pwd)
