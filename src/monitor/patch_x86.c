@@ -81,6 +81,19 @@ static void code_pages(const uint8_t *p, size_t n, uintptr_t *lo, size_t *len)
 
 int mrc_x86_write_jump(uint8_t *entry, void *hook)
 {
+    /* Near first: a jmp rel32 to a stub that jumps on, swapped in as one aligned 8-byte
+     * word whose last three bytes stay as they were. A thread inside the system call a
+     * plain wrapper makes returns to the instruction after it, within those 8 bytes: it
+     * must find it intact (the long form below overwrites it). */
+    if (!((uintptr_t)entry & 7)) {
+        uint8_t *stub = mrc_x86_stub_alloc(entry);
+        if (stub) {
+            mrc_x86_abs_jump(stub, (uint64_t)(uintptr_t)hook);
+            mrc_x86_stub_seal(stub, 1);
+            if (mrc_x86_swap_head(entry, __atomic_load_n((uint64_t *)entry, __ATOMIC_ACQUIRE), stub))
+                return 0;
+        }
+    }
     uint8_t code[MRC_X86_JUMP_LEN] = { 0x49, 0xbb };    /* movabs $hook, %r11 */
     uint64_t h = (uint64_t)(uintptr_t)hook;
     memcpy(code + 2, &h, 8);

@@ -28,9 +28,14 @@ int mrc_x86_foreign_jump(const uint8_t *code);
 /* Makes later code changes serialise every thread (membarrier), where the kernel can. */
 void mrc_x86_sync_init(void);
 
-/* Writes the absolute jump to hook over the first MRC_X86_JUMP_LEN bytes at entry (2-byte
- * aligned): a thread arriving meanwhile spins on a two-byte loop, never runs half-old,
- * half-new bytes. 0 or -errno (the page could not be made writable). */
+/* Makes entry jump to hook: where entry is 8-byte aligned and a stub page can be had
+ * near it, a jmp rel32 to a stub, swapped into the first 8 bytes in one store (bytes 5-7
+ * kept); else the absolute jump written over the first MRC_X86_JUMP_LEN bytes (2-byte
+ * aligned), a thread arriving meanwhile spinning on a two-byte loop. Either way no
+ * thread runs half-old, half-new bytes at the entry; a thread stopped between two of
+ * the first instructions inside the first 5 bytes would (libc's wrappers whose first
+ * instruction is shorter: mmap, mremap). 0 or -errno (the page could not be made
+ * writable). */
 int mrc_x86_write_jump(uint8_t *entry, void *hook);
 
 #define MRC_X86_STUB_SIZE 32

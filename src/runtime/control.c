@@ -32,7 +32,7 @@ _Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V2 &&
 static int api_ready(void)
 {
     if (__builtin_expect(!mrc_ready(), 0))
-        mrc_init();
+        mrc_rt_activate();
     if (!mrc_ready())
         return -EAGAIN;
     mrc_rt_fork_check();

@@ -9,6 +9,7 @@
  * the parent's cache without deregistering anything. */
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
+#include <link.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -252,12 +253,16 @@ static void prepare_init(const struct mrc_config *cfg)
     mrc_prepare_init(&pp);
 }
 
-void mrc_init(void)
+/* What every process pays, registering or not: the configuration (and its warnings). No
+ * system call of its own, nothing mapped or patched, no thread; libc's functions are
+ * looked up by the first hook that needs one (util/real.h), or at activation.
+ * Idempotent; a re-entrant call passes. */
+static int light_state;   /* 0, 1 while under way, 2 done */
+
+static void light_init(void)
 {
-    if (mrc_ready())
-        return;
     int expected = 0;
-    if (!__atomic_compare_exchange_n(&mrc_rt.ready, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    if (!__atomic_compare_exchange_n(&light_state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return;
     mrc_rt.start_ns = mrc_now_ns();
     mrc_clock_init();
@@ -265,8 +270,38 @@ void mrc_init(void)
     mrc_log_level = mrc_rt.cfg.log_level;
     if (mrc_rt.cfg.help && !mrc_config_quiet())
         mrc_config_print_help(2);
-    mrc_real_resolve_libc();
+    if (strcmp(mrc_rt.cfg.stats, "auto") && strcmp(mrc_rt.cfg.stats, "off"))
+        atexit(on_exit_named);
+    __atomic_store_n(&light_state, 2, __ATOMIC_RELEASE);
+}
 
+static int is_verbs(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+    return base && !strcmp(base + 1, "libibverbs.so.1");
+}
+
+/* Whether libibverbs is loaded: read from the loader's list, no system call. */
+static int verbs_loaded(void)
+{
+    return dl_iterate_phdr(is_verbs, NULL) != 0;
+}
+
+/* The rest, once libibverbs is there (loaded with the program, or called through a
+ * plugin that loaded it): the cache, the sources that watch memory (libc patched, the
+ * allocator's prediction, the registry of special mappings), the fork mark. Before the
+ * first registration is served, so that nothing cached predates a source. */
+static void activate(void)
+{
+    light_init();
+    if (__atomic_load_n(&light_state, __ATOMIC_ACQUIRE) != 2 || mrc_ready())
+        return;
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&mrc_rt.ready, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;
+    mrc_real_resolve_libc();
     uint64_t max_bytes = mrc_rt.cfg.max_bytes ? mrc_rt.cfg.max_bytes : mrc_config_auto_max_bytes();
     long psz = sysconf(_SC_PAGESIZE);
     struct mrc_cache_params p = {
@@ -307,14 +342,63 @@ void mrc_init(void)
         MRC_WARN("MRCACHE_DUMP_SIGNAL: cannot install the handler for signal %d", mrc_rt.cfg.dump_signal);
     mrc_rt_fork_init();
     mrc_rt_namespaces_init();
-    if (strcmp(mrc_rt.cfg.stats, "auto") && strcmp(mrc_rt.cfg.stats, "off"))
-        atexit(on_exit_named);
     /* The main thread ending with pthread_exit wakes the helper: glibc ends the process
      * when its last thread ends, and the helper threads must not be that thread for long. */
     mrc_thread_watch_main(mrc_helper_watch);
     MRC_DEBUG("ready: max %llu entries, %llu bytes; monitor %s", (unsigned long long)p.max_entries,
               (unsigned long long)p.max_bytes, mrc_rt_monitor_name());
     __atomic_store_n(&mrc_rt.ready, 2, __ATOMIC_RELEASE);
+}
+
+
+void mrc_init(void)
+{
+    if (mrc_ready())
+        return;
+    light_init();
+    if (verbs_loaded())
+        activate();   /* a program that links libibverbs: everything before main, as ever */
+}
+
+/* The constructor's own steps (start.c), kept for an activation that comes later. */
+static const struct mrc_export *guard_list;
+static unsigned guard_n;
+static void (*self_free_fn)(void *);
+static int guarded, routed;
+
+static void guard_now(void)
+{
+    if (guarded || !guard_list || !mrc_ready())
+        return;
+    guarded = 1;
+    /* Whatever the sources, the preload hooks are our exports: watched unless nothing
+     * watches at all. */
+    if (!mrc_rt.cfg.monitor)
+        return;
+    mrc_patch_guard_exports(guard_list, guard_n);
+    mrc_patch_check_all();
+}
+
+static void free_direct_now(void)
+{
+    /* Not in mrc_init, which a hook may run early (inside free, say): this binds lazy
+     * slots and opens objects. The allocator hooks idle for good unless a source is lost
+     * later (source_lost puts the slots back). */
+    if (routed || !self_free_fn || !mrc_ready())
+        return;
+    routed = 1;
+    if (!__atomic_load_n(&mrc_glibc_heap_watching, __ATOMIC_RELAXED) && mrc_rt.cfg.direct_free) {
+        unsigned n = mrc_route_free_direct(self_free_fn);
+        MRC_INFO("free: %u PLT slot%s call the allocator directly", n, n == 1 ? "" : "s");
+    }
+}
+
+void mrc_rt_activate(void)
+{
+    if (!mrc_ready())
+        activate();
+    guard_now();
+    free_direct_now();
 }
 
 void mrc_rt_stop_caching(const char *why)
@@ -331,21 +415,13 @@ void mrc_rt_stop_caching(const char *why)
 
 void mrc_rt_guard_exports(const struct mrc_export *list, unsigned n)
 {
-    /* Whatever the sources, the preload hooks are our exports: watched unless nothing
-     * watches at all. */
-    if (!mrc_ready() || !mrc_rt.cfg.monitor)
-        return;
-    mrc_patch_guard_exports(list, n);
-    mrc_patch_check_all();
+    guard_list = list;
+    guard_n = n;
+    guard_now();
 }
 
 void mrc_rt_free_direct(void (*self_free)(void *))
 {
-    /* Not in mrc_init, which a hook may run early (inside free, say): this binds lazy
-     * slots and opens objects. The allocator hooks idle for good unless a source is lost
-     * later (source_lost puts the slots back). */
-    if (mrc_ready() && !__atomic_load_n(&mrc_glibc_heap_watching, __ATOMIC_RELAXED) && mrc_rt.cfg.direct_free) {
-        unsigned n = mrc_route_free_direct(self_free);
-        MRC_INFO("free: %u PLT slot%s call the allocator directly", n, n == 1 ? "" : "s");
-    }
+    self_free_fn = self_free;
+    free_direct_now();
 }

@@ -99,6 +99,12 @@ const char *mrc_rt_monitor_name(void);
  * exit-time flush and statistics dump. */
 void mrc_rt_first_registration(void);
 
+/* Everything a cache in use needs (the sources, the cache, the constructor's guards),
+ * once: mrc_init does it when libibverbs is loaded with the program, else the first
+ * verbs call or API call does, outside any hook. Until then a process pays only for
+ * its configuration and libc's pointers. */
+void mrc_rt_activate(void);
+
 /* Makes libibverbs' entry points of the table's ENTRY rows lead to our exports (bind.c);
  * once per process, every caller returning only when it is done. */
 void mrc_rt_bind_verbs(void);

@@ -26,6 +26,8 @@ static __attribute__((noinline, cold)) struct ibv_mr *reg_gated(struct ibv_pd *p
         errno = ENOSYS;
         return NULL;
     }
+    if (!mrc_ready() && !mrc_verbs_in_reg())
+        mrc_rt_activate();   /* libibverbs came with a plugin: the first registration starts it all */
     if (!mrc_ready() || mrc_verbs_in_reg())
         return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
     if (!__atomic_load_n(&mrc_rt.cfg.enable, __ATOMIC_RELAXED)) {

@@ -27,8 +27,15 @@ for v in patch,preload PRELOAD,patch patch+preload+uffd auto none; do
 done
 report monitor_list_parsed ${r:-0}
 
+# A process that never loads libibverbs sets nothing up (no patch, no self-test, no
+# thread: the debug log's "ready" never comes); one that links it does, before main.
+LD_PRELOAD=$PRE MRCACHE_LOG=debug /bin/true 2>"$tmp/n.err"
+LD_LIBRARY_PATH=$SNIC LD_PRELOAD=$PRE MRCACHE_LOG=debug ibv_devices >/dev/null 2>"$tmp/v.err"
+! grep -q 'ready: max' "$tmp/n.err" && grep -q 'ready: max' "$tmp/v.err"
+report set_up_only_with_libibverbs $?
+
 if [ -n "$PP" ]; then
-    LD_PRELOAD=$PRE MRCACHE_LOG=info /bin/true 2>"$tmp/s.err"
+    LD_LIBRARY_PATH=$SNIC LD_PRELOAD=$PRE MRCACHE_LOG=info ibv_devices >/dev/null 2>"$tmp/s.err"
     grep -q 'patch: not patching libc: a sanitizer' "$tmp/s.err"
     report patch_steps_aside_under_sanitizer $?
     echo "ok - patch_self_test # SKIP the patch source steps aside under a sanitizer"
@@ -37,7 +44,7 @@ if [ -n "$PP" ]; then
 fi
 
 # 3. The self-test: every path it can trigger arrives.
-LD_PRELOAD=$PRE MRCACHE_LOG=info /bin/true 2>"$tmp/s.err"
+LD_LIBRARY_PATH=$SNIC LD_PRELOAD=$PRE MRCACHE_LOG=info ibv_devices >/dev/null 2>"$tmp/s.err"
 grep -q 'unmap coverage: munmap: patched, tested; mmap(MAP_FIXED): patched, tested; mremap: patched, tested; madvise: patched, tested;.*brk: patched, tested; dlclose: patched; glibc-internal free: seen' "$tmp/s.err" &&
     ! grep -q incomplete "$tmp/s.err"
 r=$?

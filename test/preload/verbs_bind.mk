@@ -42,3 +42,14 @@ TEST_BINS += $(BUILD)/test/test_handle_verbs
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_handle_verbs" \
     $(foreach a,$(ALLOCATORS),"$(PRELOAD):$(a) MRCACHE_STATS=off $(BUILD)/test/test_handle_verbs 2>/dev/null") \
     "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_handle_verbs"
+
+# Everything started at the first registration of a program that loads libibverbs
+# late, while three threads run through the entry points being rewritten
+# (test_late_start.c), in 200 children, and 50 after each allocator.
+$(BUILD)/test/test_late_start: test/preload/test_late_start.c test/lib/check.h test/snic/snic.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) -ldl -lpthread
+TEST_BINS += $(BUILD)/test/test_late_start
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off EXPECT_STARTED=1 timeout 300 $(BUILD)/test/test_late_start 200" \
+    $(foreach a,$(ALLOCATORS),"$(PRELOAD):$(a) MRCACHE_STATS=off EXPECT_STARTED=1 timeout 300 $(BUILD)/test/test_late_start 50 2>/dev/null") \
+    "LD_LIBRARY_PATH=$(SNIC_DIR) timeout 300 $(BUILD)/test/test_late_start 50"
