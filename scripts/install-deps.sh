@@ -9,7 +9,7 @@
 # sources), groff and man-db (the manual pages are rendered), shellcheck (mrcache is
 # checked as POSIX sh), tmux (mrcache --top is tested in a real terminal). Extra groups: --vm
 # (Soft-RoCE VM harness, with Open MPI for its MPI job), --bench (UCX's headers for the
-# benchmark comparison), --fresh-root (scripts/fresh-root-check.sh's debootstrap).
+# benchmark comparison; strace for idle-bench), --fresh-root (scripts/fresh-root-check.sh's debootstrap).
 set -euo pipefail
 
 pkgs=(build-essential pkg-config libibverbs-dev ibverbs-utils uthash-dev libunwind-dev liburing-dev libucx0
@@ -18,7 +18,7 @@ for arg in "$@"; do
     case "$arg" in
         --vm) pkgs+=(qemu-system-x86 busybox-static cpio gzip kmod ibverbs-providers perftest iproute2 libucx0 ucx-utils xz-utils zstd
                     openmpi-bin libopenmpi-dev) ;;
-        --bench) pkgs+=(libucx-dev libjemalloc2) ;;
+        --bench) pkgs+=(libucx-dev libjemalloc2 strace) ;;
         --fresh-root) pkgs+=(debootstrap) ;;
         *) echo "install-deps.sh: unknown option '$arg' (known: --vm, --bench, --fresh-root)" >&2; exit 2 ;;
     esac

@@ -1,6 +1,7 @@
 # parts.mk - `make bench`'s benchmarks of one part each (reported, never asserted): the
 # cache core's hit and miss cost (cache-bench), the userfaultfd source's costs with and
-# without it (uffd-bench), a verified hit (verify-bench).
+# without it (uffd-bench), a verified hit (verify-bench), a process that never registers
+# (idle-bench).
 BENCH_PRELOAD := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB)) MRCACHE_STATS=off
 
 $(BUILD)/test/bench_cache: test/bench/bench_cache.c $(CORE_OBJS)
@@ -30,3 +31,9 @@ $(BUILD)/test/bench_verify: test/bench/bench_verify.c test/lib/common.h test/lib
 verify-bench: $(LIB) $(BUILD)/test/bench_verify
 	@for v in 0 1; do $(BENCH_PRELOAD) MRCACHE_VERIFY=$$v $(BUILD)/test/bench_verify; done
 .PHONY: verify-bench
+
+# What a process that never loads libibverbs pays for the preload (test/bench/idle.sh).
+idle-bench: $(LIB)
+	@test/bench/idle.sh $(abspath $(LIB))
+bench: idle-bench
+.PHONY: idle-bench
