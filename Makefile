@@ -148,7 +148,15 @@ LDCONFIG = if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then $(if $(Q),echo 
 # The library as libmrcache.so.MAJOR.MINOR with the soname link (what LD_PRELOAD names)
 # and the dev link; the header and mrcache.pc (a header-only binding: `pkg-config
 # --cflags --libs mrcache`); the mrcache and mrcache-report commands; the manual pages.
+# The directories install makes; uninstall removes those it leaves empty, except under
+# the system's own prefixes (/usr, /usr/local), whose directories other packages share.
+INSTALL_DIRS := $(LIBDIR) $(INCLUDEDIR) $(PKGCONFIGDIR) $(BINDIR) $(addprefix $(MANDIR)/man,1 3 7) $(DOCDIR)
+SYSTEM_PREFIX := $(if $(DESTDIR),,$(filter /usr /usr/local,$(PREFIX)))
+
 install: $(LIB) $(MAN_BUILT)
+	@d=$(DESTDIR)$(PREFIX); while [ ! -e "$$d" ]; do d=$$(dirname "$$d"); done; [ -w "$$d" ] || { \
+	    echo "make install: $$d is not writable by $$(id -un): run it as root, or give PREFIX=\$$HOME/.local" \
+	        "(or DESTDIR=DIR to stage it)" >&2; exit 1; }
 	$(Q)install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BINDIR) \
 	    $(addprefix $(DESTDIR)$(MANDIR)/man,1 3 7) $(DESTDIR)$(DOCDIR)
 	$(call say,INSTALL,$(DESTDIR)$(LIBDIR)/$(MRC_SONAME).$(MRC_MINOR))install -m 0755 $(LIB) $(DESTDIR)$(LIBDIR)/$(MRC_SONAME).$(MRC_MINOR)
@@ -157,7 +165,7 @@ install: $(LIB) $(MAN_BUILT)
 	$(call say,INSTALL,$(DESTDIR)$(INCLUDEDIR)/mrcache.h)install -m 0644 include/mrcache.h $(DESTDIR)$(INCLUDEDIR)/
 	$(call say,INSTALL,$(DESTDIR)$(PKGCONFIGDIR)/mrcache.pc)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
 	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@MAJOR@|$(MRC_MAJOR)|g' -e 's|@VERSION@|$(MRC_VERSION)|g' \
-	    scripts/mrcache.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/mrcache.pc
+	    -e '/^#/d' scripts/mrcache.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/mrcache.pc
 	$(Q)chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/mrcache.pc
 	$(call say,INSTALL,$(DESTDIR)$(BINDIR)/mrcache)sed -e "s|@LIBDIR_REL@|$(LIBDIR_REL)|" -e 's|@MAJOR@|$(MRC_MAJOR)|' \
 	    -e 's|@VERSION@|$(MRC_VERSION)|' scripts/mrcache >$(DESTDIR)$(BINDIR)/mrcache
@@ -165,7 +173,7 @@ install: $(LIB) $(MAN_BUILT)
 	$(call say,INSTALL,$(DESTDIR)$(BINDIR)/mrcache-report)sed -e 's|@VERSION@|$(MRC_VERSION)|' scripts/mrcache-report \
 	    >$(DESTDIR)$(BINDIR)/mrcache-report
 	$(Q)chmod 0755 $(DESTDIR)$(BINDIR)/mrcache-report
-	$(call say,INSTALL,$(DESTDIR)$(MANDIR)/man{1,3,7})install -m 0644 $(BUILD)/man/mrcache.1 $(BUILD)/man/mrcache-report.1 \
+	$(call say,INSTALL,$(DESTDIR)$(MANDIR)/man[137])install -m 0644 $(BUILD)/man/mrcache.1 $(BUILD)/man/mrcache-report.1 \
 	    $(DESTDIR)$(MANDIR)/man1/
 	$(Q)install -m 0644 $(BUILD)/man/mrcache.3 $(DESTDIR)$(MANDIR)/man3/
 	$(Q)for c in $(MAN3_CALLS); do echo '.so man3/mrcache.3' >$(DESTDIR)$(MANDIR)/man3/$$c.3 || exit 1; \
@@ -174,10 +182,15 @@ install: $(LIB) $(MAN_BUILT)
 	$(call say,INSTALL,$(DESTDIR)$(DOCDIR)/LICENSE)install -m 0644 LICENSE $(DESTDIR)$(DOCDIR)/
 	$(Q)$(LDCONFIG)
 
-# Directories stay (they may hold other packages' files), except libmrcache's own doc dir.
+# The files, then the directories they leave empty, up to the prefix (under /usr and
+# /usr/local only libmrcache's own doc directory: the others are shared).
 uninstall:
 	$(call say,RM,$(words $(INSTALLED)) files under $(DESTDIR)$(PREFIX))rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 	$(Q)rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+	$(Q)$(if $(SYSTEM_PREFIX),:,for d in $(addprefix $(DESTDIR),$(INSTALL_DIRS)); do \
+	    while [ "$$d" != "$(DESTDIR)$(PREFIX)" ] && [ "$${d#$(DESTDIR)$(PREFIX)/}" != "$$d" ]; do \
+	        if [ -d "$$d" ]; then rmdir "$$d" 2>/dev/null || break; fi; d=$$(dirname "$$d"); done; done; \
+	    rmdir "$(DESTDIR)$(PREFIX)" 2>/dev/null || true)
 	$(Q)$(LDCONFIG)
 
 # One write, so that `make help | head` never meets a closed pipe midway.

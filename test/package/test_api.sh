@@ -65,6 +65,7 @@ fail() { echo "install: $*" >&2; r=1; }
 [ "$(readlink "$lib/libmrcache.so")" = "libmrcache.so.$major" ] || fail "libmrcache.so link"
 readelf -d "$lib/libmrcache.so.$major.$minor" | grep -q "SONAME.*\[libmrcache.so.$major\]" || fail "soname"
 cmp -s "$root/include/mrcache.h" "$dest$prefix/include/mrcache.h" || fail "header"
+! grep -q '^#' "$lib/pkgconfig/mrcache.pc" || fail "mrcache.pc keeps its template's comment"
 # Only the installed tree: PKG_CONFIG_LIBDIR replaces the system's search path.
 export PKG_CONFIG_PATH=$lib/pkgconfig PKG_CONFIG_LIBDIR=$lib/pkgconfig
 [ "$(pkg-config --modversion mrcache)" = "$major.$minor" ] || fail "modversion $(pkg-config --modversion mrcache)"
@@ -135,14 +136,22 @@ if command -v man >/dev/null; then
 fi
 report installed_mrcache_uses_installed_library $r
 
-# make uninstall with the same PREFIX and DESTDIR: no file left, no link left.
+# make uninstall with the same PREFIX and DESTDIR: no file left, no link left, no directory.
 PATH=$tmp/fakebin:$PATH mk uninstall DESTDIR="$dest" PREFIX="$prefix" >"$tmp/uninstall.log" 2>&1
 r=$?
 left=$(cd "$dest" && find . ! -type d)
-[ $r -eq 0 ] && [ -z "$left" ] && [ ! -e "$tmp/ldconfig.calls" ]
+# The directories it made go too: the prefix is its own.
+[ $r -eq 0 ] && [ -z "$left" ] && [ ! -e "$tmp/ldconfig.calls" ] && [ ! -e "$dest$prefix" ]
 r=$?
 [ $r -eq 0 ] || { cat "$tmp/uninstall.log"; echo "left: $left"; } >&2
 report make_uninstall_leaves_nothing $r
+
+# As a normal user, into a prefix it cannot write: one line saying what to do instead.
+if [ "$(id -u)" -ne 0 ]; then
+    mk install PREFIX=/usr/local >/dev/null 2>"$tmp/denied.err"
+    [ $? -ne 0 ] && grep -q 'make install: /usr/local is not writable by .*PREFIX=' "$tmp/denied.err"
+    report make_install_unwritable_prefix_says_so $?
+fi
 
 # Into the live system (no DESTDIR) as root, install and uninstall each run ldconfig once.
 if [ "$(id -u)" -eq 0 ]; then
@@ -150,7 +159,7 @@ if [ "$(id -u)" -eq 0 ]; then
     PATH=$tmp/fakebin:$PATH mk install PREFIX="$live" >"$tmp/live.log" 2>&1 &&
         [ "$(cat "$tmp/ldconfig.calls" 2>/dev/null)" = ldconfig ] &&
         PATH=$tmp/fakebin:$PATH mk uninstall PREFIX="$live" >>"$tmp/live.log" 2>&1 &&
-        [ "$(wc -l <"$tmp/ldconfig.calls")" -eq 2 ] && [ -z "$(find "$live" ! -type d)" ]
+        [ "$(wc -l <"$tmp/ldconfig.calls")" -eq 2 ] && [ ! -e "$live" ]
     r=$?
     [ $r -eq 0 ] || cat "$tmp/live.log" >&2
     report make_install_live_runs_ldconfig $r

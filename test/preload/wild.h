@@ -230,6 +230,10 @@ static inline int hugepages_reserve(long n, char *why, size_t whylen)
         signal(SIGHUP, hugepages_on_signal);
     }
     huge_set = read_long("/proc/sys/vm/nr_hugepages");
+    /* On stdout, where the runner keeps it with the test's lines: the machine's setting
+     * changed, for this run only. */
+    printf("# vm.nr_hugepages raised from %ld to %ld for this test; set back at its end\n", cur, huge_set);
+    fflush(stdout);
     avail = check_proc_field("/proc/meminfo", "HugePages_Free") - check_proc_field("/proc/meminfo", "HugePages_Rsvd");
     if (avail < n) {
         snprintf(why, whylen, "asked for %ld huge pages, the kernel found %ld (memory fragmented?)", n, avail);
