@@ -16,7 +16,7 @@ pkgs=(build-essential pkg-config libibverbs-dev ibverbs-utils uthash-dev libunwi
       libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 golang-go python3 python3-matplotlib git groff-base man-db shellcheck tmux)
 for arg in "$@"; do
     case "$arg" in
-        --vm) pkgs+=(qemu-system-x86 busybox-static cpio gzip kmod ibverbs-providers perftest iproute2 libucx0 ucx-utils xz-utils zstd
+        --vm) pkgs+=(qemu-system-x86 busybox-static cpio gzip kmod ibverbs-providers perftest iproute2 libucx0 ucx-utils xz-utils zstd curl
                     openmpi-bin libopenmpi-dev) ;;
         --bench) pkgs+=(libucx-dev libjemalloc2 strace) ;;
         --fresh-root) pkgs+=(debootstrap) ;;

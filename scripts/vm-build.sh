@@ -19,6 +19,11 @@ Usage: vm-build.sh [-o DIR] [-l LIB] [-p PRELOAD_TEST[:VAR=VALUE,...]]... [-s FI
            copied beside them into /vm/preload-tests
   -c VAR=VALUE
            a setting of the guest tests (VAR=VALUE), written to /vm/tests.env
+  -k unstable[:VERSION]
+           the kernel from Debian's unstable suite instead of the host's (bookworm): its
+           linux-binary and linux-modules packages of VERSION (e.g. 7.2.13+deb14), or,
+           when the suite has moved on, the newest 7.x it has (said); the userspace
+           stays the host's
   PROGRAM  test programs copied into the guest's /vm/bin
 Environment: VM_KERNEL_DEB=/path/linux-image-*.deb uses that package instead of apt-get download.
 Output: DIR/vmlinux DIR/base.cpio.gz DIR/payload.cpio.gz DIR/initrd.img (base + payload)
@@ -31,7 +36,8 @@ lib=build/libmrcache.so
 ptests=()   # the -p arguments, as given (program and environment)
 pfiles=()   # the -s arguments
 conf=()     # the -c arguments
-while getopts "o:l:p:s:c:h" opt; do
+ksrc=''     # -k: unstable[:VERSION]
+while getopts "o:l:p:s:c:k:h" opt; do
     case "$opt" in
         o) out=$OPTARG ;;
         l) lib=$OPTARG ;;
@@ -40,6 +46,9 @@ while getopts "o:l:p:s:c:h" opt; do
         c) [[ "$OPTARG" =~ ^[A-Z_][A-Z0-9_]*=[A-Za-z0-9_.,:/+-]*$ ]] ||
                { echo "vm-build.sh: -c wants VAR=VALUE (no spaces or quotes): $OPTARG" >&2; exit 2; }
            conf+=("$OPTARG") ;;
+        k) [[ "$OPTARG" =~ ^unstable(:[0-9][0-9A-Za-z.+~-]*)?$ ]] ||
+               { echo "vm-build.sh: -k wants unstable[:VERSION]: $OPTARG" >&2; exit 2; }
+           ksrc=$OPTARG ;;
         h) usage; exit 0 ;;
         *) usage >&2; exit 2 ;;
     esac
@@ -92,7 +101,45 @@ module_roots=(dummy crc32_generic rdma_rxe configfs ib_cm iw_cm rdma_cm rdma_ucm
 
 # ---------------------------------------------------------------- kernel package
 kernel_deb=${VM_KERNEL_DEB:-}
-if [ -z "$kernel_deb" ]; then
+modules_deb=''   # a suite whose kernel packages its modules apart (unstable)
+MIRROR=${VM_MIRROR:-http://deb.debian.org/debian}
+if [ -n "$ksrc" ] && [ -z "$kernel_deb" ]; then
+    want=${ksrc#unstable}; want=${want#:}
+    mkdir -p "$out/dl"
+    idx=$out/dl/unstable-Packages
+    # The suite's index, a day old at most: its kernel moves on.
+    if [ ! -s "$idx" ] || [ -n "$(find "$idx" -mmin +1440)" ]; then
+        log "fetching unstable's package index"
+        if ! curl -fsS "$MIRROR/dists/unstable/main/binary-amd64/Packages.xz" | xz -dc >"$idx.tmp"; then
+            die "cannot fetch $MIRROR/dists/unstable/main/binary-amd64/Packages.xz"
+        fi
+        mv "$idx.tmp" "$idx"
+    fi
+    # "Package Filename" of the image and modules packages of each version.
+    avail=$(awk '/^Package: linux-(image|modules|binary)-7\.[0-9.]+\+deb[0-9]+-amd64$/ { p = $2 } /^Filename:/ && p { print p, $2; p = "" }' "$idx")
+    versions=$(echo "$avail" | sed -n 's/^linux-image-\(7\.[^ ]*\)-amd64 .*/\1/p' | sort -V)
+    kv=$want
+    if [ -z "$kv" ] || ! echo "$versions" | grep -qx "$kv"; then
+        kv=$(echo "$versions" | tail -1)
+        [ -n "$kv" ] || die "no 7.x kernel in unstable"
+        log "unstable has no kernel ${want:-pinned}: taking the newest 7.x, $kv"
+    fi
+    fetch() {  # fetch PACKAGE -> its .deb in $out/dl
+        local f
+        f=$(echo "$avail" | awk -v p="$1" '$1 == p { print $2; exit }')
+        [ -n "$f" ] || die "unstable lists no $1"
+        local deb=$out/dl/${f##*/}
+        if [ ! -s "$deb" ]; then
+            log "downloading $1 from unstable"
+            curl -fsS -o "$deb.tmp" "$MIRROR/$f" || die "cannot download $MIRROR/$f"
+            mv "$deb.tmp" "$deb"
+        fi
+        echo "$deb"
+    }
+    # The image package is a shell there: the kernel is in linux-binary, its modules apart.
+    kernel_deb=$(fetch "linux-binary-$kv-amd64")
+    modules_deb=$(fetch "linux-modules-$kv-amd64")
+elif [ -z "$kernel_deb" ]; then
     resolve_kernel() {
         kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
                awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
@@ -123,7 +170,7 @@ fi
 pkg_versions=$(dpkg-query -W -f='${Package}=${Version}\n' "${userspace_pkgs[@]}" | sort) ||
     die "host packages missing (dpkg-query): ${userspace_pkgs[*]}"
 base_key=$( {
-    echo "kernel=$(basename "$kernel_deb") $(stat -c %s "$kernel_deb")"
+    echo "kernel=$(basename "$kernel_deb") $(stat -c %s "$kernel_deb") ${modules_deb:+$(basename "$modules_deb")}"
     echo "$pkg_versions"
     echo "modules=${module_roots[*]}"
     # The base layout is defined by this script: any change to it rebuilds the base.
@@ -138,25 +185,57 @@ build_base() {
     log "unpacking $(basename "$kernel_deb")"
     # Only the kernel image and modules are needed; dpkg-deb keeps it out of the host's dpkg db.
     mkdir -p "$kroot"
-    dpkg-deb --fsys-tarfile "$kernel_deb" | tar -x -C "$kroot" --wildcards './boot/vmlinuz-*' './lib/modules/*'
+    # Whatever of the kernel and its modules each package holds (a merged-/usr suite
+    # ships them under usr/lib/modules); what is under usr/ moves up for the steps below.
+    local deb
+    for deb in "$kernel_deb" ${modules_deb:+"$modules_deb"}; do
+        dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$kroot" --wildcards \
+            './boot/vmlinuz-*' './lib/modules/*' './usr/lib/modules/*' 2>/dev/null || true
+    done
+    if [ -d "$kroot/usr/lib/modules" ]; then
+        mkdir -p "$kroot/lib/modules"
+        cp -a "$kroot/usr/lib/modules/." "$kroot/lib/modules/" && rm -rf "$kroot/usr/lib/modules"
+    fi
+    # A newer layout keeps the image beside its modules (usr/lib/modules/VERSION/vmlinuz).
+    local img
+    for img in "$kroot"/lib/modules/*/vmlinuz; do
+        [ -f "$img" ] || continue
+        mkdir -p "$kroot/boot"
+        mv "$img" "$kroot/boot/vmlinuz-$(basename "$(dirname "$img")")"
+    done
+    if [ ! -d "$kroot/lib/modules" ] || ! ls "$kroot"/boot/vmlinuz-* >/dev/null 2>&1; then
+        die "no kernel image or modules in $(basename "$kernel_deb") ${modules_deb:+$(basename "$modules_deb")}"
+    fi
     kver=$(ls "$kroot/lib/modules")
     [ "$(echo "$kver" | wc -l)" -eq 1 ] || die "expected one kernel version in the package, got: $kver"
     vmlinuz=$kroot/boot/vmlinuz-$kver
 
     # The uncompressed ELF vmlinux boots through its PVH entry, skipping the bzImage's
-    # self-decompression: about 3 s less per boot under TCG. Find the payload's xz magic.
+    # self-decompression: about 3 s less per boot under TCG. Find the payload's xz magic
+    # (zstd's for a newer kernel).
     local off found=
     for off in $(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$vmlinuz" | cut -d: -f1); do
         tail -c +"$((off + 1))" "$vmlinuz" | xz -dcq 2>/dev/null >"$tmp/vmlinux" || true
         if [ "$(head -c 4 "$tmp/vmlinux" | od -An -c | tr -d ' ')" = '177ELF' ]; then found=1; break; fi
     done
+    # A newer kernel is compressed with zstd instead.
+    if [ -z "$found" ]; then
+        for off in $(LC_ALL=C grep -obUaP '\x28\xb5\x2f\xfd' "$vmlinuz" | cut -d: -f1); do
+            tail -c +"$((off + 1))" "$vmlinuz" | zstd -dcq 2>/dev/null >"$tmp/vmlinux" || true
+            if [ "$(head -c 4 "$tmp/vmlinux" | od -An -c | tr -d ' ')" = '177ELF' ]; then found=1; break; fi
+        done
+    fi
     [ -n "$found" ] || die "could not extract vmlinux from $vmlinuz"
 
     # The package ships no modules.dep: compute the dependency closure with depmod/modprobe
     # against the unpacked tree (-C /dev/null: ignore the host's modprobe options).
-    depmod -b "$kroot" "$kver"
+    # A suite that packages modules.builtin apart makes depmod warn: nothing is missing.
+    depmod -b "$kroot" "$kver" 2> >(grep -v 'could not open modules.builtin' >&2)
     local m p mods=()
     for m in "${module_roots[@]}"; do
+        # A module root the kernel has built in (crc32_generic on 7.x) has nothing to load.
+        modprobe -C /dev/null -d "$kroot" -S "$kver" --show-depends "$m" >/dev/null 2>&1 ||
+            { log "$m: no such module in $kver (built in): nothing to load"; continue; }
         while read -r p; do
             [[ " ${mods[*]-} " == *" $p "* ]] || mods+=("$p")
         done < <(modprobe -C /dev/null -d "$kroot" -S "$kver" --show-depends "$m" |
@@ -168,8 +247,16 @@ build_base() {
     ln -s usr/lib "$root/lib"; ln -s usr/lib64 "$root/lib64"
     : >"$root/etc/vm-modules"
     for p in "${mods[@]}"; do
-        install -D -m 0644 "$p" "$root/usr/lib/modules/$kver/${p#"$kroot/lib/modules/$kver/"}"
-        echo "/lib/modules/$kver/${p#"$kroot/lib/modules/$kver/"}" >>"$root/etc/vm-modules"
+        local rel=${p#"$kroot/lib/modules/$kver/"}
+        # Compressed modules (a newer suite's) uncompressed: busybox's insmod takes plain ones.
+        case $rel in
+        *.ko.xz) mkdir -p "$(dirname "$root/usr/lib/modules/$kver/$rel")"
+                 xz -dc "$p" >"$root/usr/lib/modules/$kver/${rel%.xz}"; rel=${rel%.xz} ;;
+        *.ko.zst) mkdir -p "$(dirname "$root/usr/lib/modules/$kver/$rel")"
+                  zstd -qdc "$p" >"$root/usr/lib/modules/$kver/${rel%.zst}"; rel=${rel%.zst} ;;
+        *) install -D -m 0644 "$p" "$root/usr/lib/modules/$kver/$rel" ;;
+        esac
+        echo "/lib/modules/$kver/$rel" >>"$root/etc/vm-modules"
     done
 
     copy_closure "$root" "${guest_bins[@]}" "${guest_plugins[@]}"
