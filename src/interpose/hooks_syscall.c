@@ -3,9 +3,8 @@
  * every named hook and every patched libc entry point. The numbers that stand for a call
  * libmrcache watches are watched as that call is (an unmap, a discard, a replacing
  * mapping, a child with a copy of the memory); every other number goes straight to
- * libc's. What
- * the kernel returns and errno are those of the call the number stands for, which is
- * what syscall(3) returns for it. Only a system call instruction the program makes
+ * libc's. What the kernel returns and errno are those of the call the number stands for,
+ * which is what syscall(3) returns for it. Only a system call instruction the program makes
  * itself stays unseen here (the userfaultfd source sees its unmaps). */
 #include <errno.h>
 #include <linux/sched.h>

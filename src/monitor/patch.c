@@ -63,14 +63,22 @@ static __attribute__((noinline, cold)) void failed(void)
     for (unsigned i = 0; i < __atomic_load_n(&nmore, __ATOMIC_ACQUIRE); i++)
         *more_errno[i]() = e;
 }
-#define FAILED(bad) ((bad) && __builtin_expect(__atomic_load_n(&nmore, __ATOMIC_RELAXED) != 0, 0) ? failed() : (void)0)
+/* Returns call: a tail call while no other libc is patched (the usual case, on every
+ * unmap the program makes), else its result with a failure's errno copied. */
+#define RETURN_CALL(type, call, bad)                                                   \
+    do {                                                                               \
+        if (__builtin_expect(!__atomic_load_n(&nmore, __ATOMIC_RELAXED), 1))           \
+            return call;                                                               \
+        type r_ = call;                                                                \
+        if (bad)                                                                       \
+            failed();                                                                  \
+        return r_;                                                                     \
+    } while (0)
 
 static int p_munmap(void *a, size_t len)
 {
     probe(MRC_FN_MUNMAP, a);
-    int rc = mrc_on_munmap(a, len);
-    FAILED(rc != 0);
-    return rc;
+    RETURN_CALL(int, mrc_on_munmap(a, len), r_ != 0);
 }
 
 static int p_ldso_munmap(void *a, size_t len)
@@ -82,9 +90,7 @@ static int p_ldso_munmap(void *a, size_t len)
 static void *p_mmap(void *a, size_t len, int prot, int flags, int fd, off_t off)
 {
     probe(MRC_FN_MMAP, a);
-    void *r = mrc_on_mmap(a, len, prot, flags, fd, off);
-    FAILED(r == MAP_FAILED);
-    return r;
+    RETURN_CALL(void *, mrc_on_mmap(a, len, prot, flags, fd, off), r_ == MAP_FAILED);
 }
 
 static void *p_mremap(void *old, size_t old_size, size_t new_size, int flags, ...)
@@ -92,33 +98,25 @@ static void *p_mremap(void *old, size_t old_size, size_t new_size, int flags, ..
     void *new_addr;
     MRC_MREMAP_NEW_ADDR(flags, new_addr);
     probe(MRC_FN_MREMAP, old);
-    void *r = mrc_on_mremap(old, old_size, new_size, flags, new_addr);
-    FAILED(r == MAP_FAILED);
-    return r;
+    RETURN_CALL(void *, mrc_on_mremap(old, old_size, new_size, flags, new_addr), r_ == MAP_FAILED);
 }
 
 static int p_madvise(void *a, size_t len, int advice)
 {
     probe(MRC_FN_MADVISE, a);
-    int rc = mrc_on_madvise(a, len, advice);
-    FAILED(rc != 0);
-    return rc;
+    RETURN_CALL(int, mrc_on_madvise(a, len, advice), r_ != 0);
 }
 
 static void *p_shmat(int id, const void *a, int flags)
 {
     probe(MRC_FN_SHMAT, a);
-    void *r = mrc_on_shmat(id, a, flags);
-    FAILED(r == (void *)-1);
-    return r;
+    RETURN_CALL(void *, mrc_on_shmat(id, a, flags), r_ == (void *)-1);
 }
 
 static int p_shmdt(const void *a)
 {
     probe(MRC_FN_SHMDT, a);
-    int rc = mrc_on_shmdt(a);
-    FAILED(rc != 0);
-    return rc;
+    RETURN_CALL(int, mrc_on_shmdt(a), r_ != 0);
 }
 
 static int p_brk(void *a)

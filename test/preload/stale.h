@@ -87,6 +87,16 @@ __attribute__((unused)) static void stale_check(void *p, size_t len, stale_chang
     CHECK(ibv_dereg_mr(b) == 0);
 }
 
+/* The same over a fresh private anonymous mapping of len bytes, unmapped after. */
+__attribute__((unused)) static void stale_check_fresh(size_t len, stale_change_fn change, const char *what)
+{
+    void *p = map_anon(NULL, len, 0);
+    CHECK(p != NULL);
+    if (p)
+        stale_check(p, len, change, what);
+    munmap(p, len);
+}
+
 /* Whether libmrcache runs its userfaultfd source, the only one that sees raw system calls. */
 static inline int uffd_on(void)
 {

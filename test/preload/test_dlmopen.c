@@ -68,15 +68,6 @@ static void ch_mremap_move(void *p, size_t len)
     munmap(to, len);
 }
 
-static void change_case(stale_change_fn change, const char *what)
-{
-    void *p = map_anon(NULL, LEN, 0);
-    CHECK(p != NULL);
-    if (p)
-        stale_check(p, LEN, change, what);
-    munmap(p, LEN);
-}
-
 /* Cached before the namespace exists, unmapped by it before the next registration. */
 static void test_cached_before_the_namespace_existed(void)
 {
@@ -88,10 +79,10 @@ static void test_cached_before_the_namespace_existed(void)
     munmap(p, LEN);
 }
 
-static void test_namespace_munmap(void) { change_case(ch_munmap, "the namespace's munmap"); }
-static void test_namespace_madvise_dontneed(void) { change_case(ch_dontneed, "the namespace's MADV_DONTNEED"); }
-static void test_namespace_mmap_fixed(void) { change_case(ch_mmap_fixed, "the namespace's MAP_FIXED"); }
-static void test_namespace_mremap_move(void) { change_case(ch_mremap_move, "the namespace's mremap"); }
+static void test_namespace_munmap(void) { stale_check_fresh(LEN, ch_munmap, "the namespace's munmap"); }
+static void test_namespace_madvise_dontneed(void) { stale_check_fresh(LEN, ch_dontneed, "the namespace's MADV_DONTNEED"); }
+static void test_namespace_mmap_fixed(void) { stale_check_fresh(LEN, ch_mmap_fixed, "the namespace's MAP_FIXED"); }
+static void test_namespace_mremap_move(void) { stale_check_fresh(LEN, ch_mremap_move, "the namespace's mremap"); }
 
 /* A buffer of the namespace's malloc (an mmapped chunk), freed: that libc unmaps it
  * from inside itself. Fresh pages mapped at the same place are registered again. */

@@ -28,16 +28,6 @@ int madvise(void *p, size_t len, int advice)
     return (int)RAW_SYSCALL(SYS_madvise, p, len, advice);
 }
 
-/* A fresh buffer through the check. */
-static void own_case(stale_change_fn change, const char *what)
-{
-    void *p = map_anon(NULL, LEN, 0);
-    CHECK(p != NULL);
-    if (p)
-        stale_check(p, LEN, change, what);
-    munmap(p, LEN);
-}
-
 static void ch_munmap(void *p, size_t len)
 {
     CHECK(munmap(p, len) == 0);
@@ -54,9 +44,9 @@ static void ch_dontneed(void *p, size_t len)
     CHECK(madvise(p, len, MADV_DONTNEED) == 0);
 }
 
-static void test_own_munmap(void) { own_case(ch_munmap, "the program's own munmap"); }
-static void test_own_mmap_fixed(void) { own_case(ch_mmap_fixed, "the program's own mmap(MAP_FIXED)"); }
-static void test_own_madvise_dontneed(void) { own_case(ch_dontneed, "the program's own madvise"); }
+static void test_own_munmap(void) { stale_check_fresh(LEN, ch_munmap, "the program's own munmap"); }
+static void test_own_mmap_fixed(void) { stale_check_fresh(LEN, ch_mmap_fixed, "the program's own mmap(MAP_FIXED)"); }
+static void test_own_madvise_dontneed(void) { stale_check_fresh(LEN, ch_dontneed, "the program's own madvise"); }
 
 int main(void)
 {
