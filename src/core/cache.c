@@ -385,10 +385,15 @@ MRC_HOT static void settle_locked(struct mrc_cache *c)
     if (!n)
         return;
     for (unsigned i = 0; i < n; i++) {
-        struct inval_batch b = { c, 0, 0, 0 };
+        struct inval_batch b = { c, 0, 0, 0, 0 };
         uint64_t k = mrc_itree_walk_run(c->parked[i].run, inval_one_locked, &b);
         inval_count_locked(c, &b, k);
         inval_stats(k, c->parked[i].cause);
+        if (b.in_use && c->parked[i].report) {
+            mrc_cache_in_use_note_locked(c, c->parked[i].first, c->parked[i].last, c->parked[i].seq,
+                                         c->parked[i].cause);
+            mrc_cache_in_use_notify(c, c->parked[i].seq);
+        }
     }
     c->parked_bytes = 0;
     __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);
@@ -826,8 +831,19 @@ static int get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64
     }
     ST(&e->flags, MRC_E_PRIVATE);
     __atomic_store_n(&e->ref, 1u, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&c->lock);
+    mrc_cache_held_add_locked(c, e);
+    pthread_mutex_unlock(&c->lock);
     *out = e;
     return 0;
+}
+
+void mrc_cache_settle(struct mrc_cache *c)
+{
+    stats_ready();
+    pthread_mutex_lock(&c->lock);
+    settle_locked(c);
+    pthread_mutex_unlock(&c->lock);
 }
 
 MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
@@ -937,11 +953,12 @@ MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint
          * be the old ones. Hand it to this caller alone, never to a later one; so too
          * once the cache is closed. */
         miss_done(c);
+        ST(&e->flags, MRC_E_PRIVATE);
+        __atomic_store_n(&e->ref, 1u, __ATOMIC_RELEASE);
+        mrc_cache_held_add_locked(c, e);
         pthread_mutex_unlock(&c->lock);
         if (!closed)
             mrc_stat_add(MRC_STAT_RACED, 1);
-        ST(&e->flags, MRC_E_PRIVATE);
-        __atomic_store_n(&e->ref, 1u, __ATOMIC_RELEASE);
         *out = e;
         return 0;
     }
@@ -992,13 +1009,18 @@ hit:
  * back-end refuses stays the caller's if it can keep it (keep), with the error. */
 __attribute__((noinline)) static int release_last(struct mrc_cache *c, struct mrc_entry *e, int keep)
 {
+    mrc_cache_held_remove(c, e);
     if (!keep || !(LD(&e->flags) & MRC_E_PRIVATE)) {
         mrc_cache_dereg_entry(c, e);
         return 0;
     }
     int rc = mrc_cache_dereg_try(c, e);
-    if (rc)
+    if (rc) {
         __atomic_store_n(&e->ref, 1u, __ATOMIC_RELEASE);   /* nobody else could take it at 0 */
+        pthread_mutex_lock(&c->lock);
+        mrc_cache_held_add_locked(c, e);                   /* still the caller's */
+        pthread_mutex_unlock(&c->lock);
+    }
     return rc;
 }
 
@@ -1212,6 +1234,8 @@ int mrc_cache_take(struct mrc_cache *c, struct mrc_entry *e, void **reg)
         int ok = __atomic_compare_exchange_n(&e->ref, &seen, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
         if (ok && in_tree)
             entry_remove_locked(c, e);
+        if (ok)
+            mrc_cache_held_remove_locked(c, e);
         pthread_mutex_unlock(&c->lock);
         if (ok) {
             /* The registration is the caller's now: no longer the cache's to count. */
@@ -1234,6 +1258,7 @@ void mrc_cache_retire(struct mrc_cache *c, struct mrc_entry *e)
     if (LD(&e->flags) & MRC_E_IN_TREE) {
         entry_remove_locked(c, e);
         drop_tree_ref_locked(c, e);   /* the caller's reference keeps it alive */
+        mrc_cache_held_add_locked(c, e);
     }
     pthread_mutex_unlock(&c->lock);
 }

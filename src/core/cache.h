@@ -88,11 +88,20 @@ struct mrc_cache_params {
      * (a log line written with write(2) is what it is for). */
     uint64_t pinned_notice_bytes;
     void (*pinned_notice)(uint64_t bytes);
+    /* Optional: called after an invalidation took memory from under a registration
+     * someone holds (an entry in use, or one handed to its caller alone) and recorded
+     * it for mrc_cache_in_use_take under seq. From the invalidating thread (any hook),
+     * or a get or drain settling a parked run, with or without the cache lock: must not
+     * allocate, block or call into the cache. */
+    void (*in_use)(void *arg, uint64_t seq);
+    void *in_use_arg;
 };
 
 /* Entry flags. */
 #define MRC_E_IN_TREE 1u   /* findable; cleared (before the tree ref is dropped) on removal */
 #define MRC_E_PRIVATE 2u   /* never in the tree: deregistered at its last release */
+#define MRC_E_HELD 4u      /* held out of the tree (private or retired): in the held tree,
+                            * so that an invalidation still sees its holders */
 
 struct mrc_entry {
     void *pool_link;              /* the pool's while the entry is free (pool.h) */
@@ -111,6 +120,16 @@ struct mrc_entry {
 };
 
 #define MRC_INVAL_RING 64
+#define MRC_INUSE_RING 32
+
+/* An invalidation that took memory from under a registration someone held. */
+struct mrc_inuse_rec {
+    uint64_t first, last;         /* the invalidated range */
+    uint64_t seq;                 /* its number among invalidations: a holder whose
+                                   * mrc_cache_inval_mark, read after its get, is at or
+                                   * below it held its registration across the change */
+    enum mrc_inval_cause cause;
+};
 #define MRC_PARKED 4   /* long runs an unmap may leave for mrc_cache_drain at once */
 #define MRC_YOUNG 16   /* new entries held back from the tree, to be inserted together */
 
@@ -145,6 +164,8 @@ struct mrc_cache {
     uint32_t nparked;             /* runs in parked[] (written under the lock) */
     uint32_t over_limit;          /* the last eviction left the tree past a limit, every
                                    * entry in use: releases evict (under the lock) */
+    uint32_t inuse_pending;       /* records wait in inuse[] (written under the lock) */
+    uint64_t nheld;               /* entries in the held tree (written under the lock) */
     /* Long runs an unmap took out of the tree and left for mrc_cache_drain: their entries
      * still look IN_TREE, so a hint reader also rejects an entry overlapping one of these
      * ranges. Written under the lock; range read without it. */
@@ -152,6 +173,8 @@ struct mrc_cache {
         uint64_t first, last;
         struct mrc_itree_node *run;
         enum mrc_inval_cause cause;
+        int report;               /* an entry in use there is recorded (inuse[]) */
+        uint64_t seq;             /* the invalidation's number, for that record */
     } parked[MRC_PARKED] MRC_LINE;
     /* Under the lock. */
     pthread_mutex_t lock MRC_LINE;   /* tree, LRU, deferred list, tree counters */
@@ -178,6 +201,12 @@ struct mrc_cache {
     struct { uint64_t first, last; struct mrc_entry *e; } young[MRC_YOUNG];
     unsigned nyoung;
     uint64_t young_first, young_last;
+    /* Registrations held out of the tree (MRC_E_HELD), and the invalidations that took
+     * memory from under any held registration, oldest first (head - tail of them; those
+     * that found the ring full are only counted). */
+    struct mrc_itree held;
+    struct mrc_inuse_rec inuse[MRC_INUSE_RING];
+    uint64_t inuse_head, inuse_tail, inuse_lost;
     /* Written without the lock by misses and invalidations. */
     uint64_t misses MRC_LINE;     /* MRC_MISSES_*: misses begun and in flight, in one word */
     uint64_t inval_seq;           /* invalidations begun; their ranges in ring[] */
@@ -232,6 +261,24 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
                                enum mrc_inval_cause cause);
 void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, uint64_t len,
                           enum mrc_inval_cause cause);
+
+/* The invalidations begun so far: read by a holder after its get, compared with
+ * struct mrc_inuse_rec's seq. Any thread. */
+static inline uint64_t mrc_cache_inval_mark(const struct mrc_cache *c)
+{
+    return __atomic_load_n(&c->inval_seq, __ATOMIC_ACQUIRE);
+}
+
+/* Whether in-use records wait for mrc_cache_in_use_take: one load. */
+static inline int mrc_cache_in_use_pending(const struct mrc_cache *c)
+{
+    return __atomic_load_n(&c->inuse_pending, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Takes up to max waiting in-use records, oldest first, into out[]; *lost (if not NULL)
+ * gets how many found the ring full since the last take. Settles parked runs first
+ * (their entries in use are recorded then). Returns how many. Not from a hook. */
+unsigned mrc_cache_in_use_take(struct mrc_cache *c, struct mrc_inuse_rec *out, unsigned max, uint64_t *lost);
 
 /* Caches nothing from now on: every entry is invalidated (for cause), and a registration
  * made later, or under way now, is handed to its caller alone and deregistered at its

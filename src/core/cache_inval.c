@@ -1,7 +1,8 @@
 /* cache_inval.c - invalidation: the range an unmap is about to take announced to misses
  * in flight (a ring of recent ranges, read by their race check), every entry overlapping
  * it taken out of the tree and the young set, long runs cut out whole and parked for the
- * next get to settle, and a closed cache that keeps nothing.
+ * next get to settle, a change under a registration someone holds recorded, and a closed
+ * cache that keeps nothing.
  * Invariants: safe in any hook: nothing here calls the back-end, allocates or waits for
  * a registration (the lock is never held across one); an idle entry whose last
  * reference goes is only deferred; when mrc_cache_unmap_begin returns, no lookup can
@@ -13,33 +14,36 @@
 
 /* Publishes [first, last] as an invalidation begun now, for the race checks of misses
  * that read inval_seq before it (raced_locked). */
-static void announce(struct mrc_cache *c, uint64_t first, uint64_t last)
+static uint64_t announce(struct mrc_cache *c, uint64_t first, uint64_t last)
 {
     uint64_t s = __atomic_fetch_add(&c->inval_seq, 1, __ATOMIC_SEQ_CST);
     __typeof__(c->ring[0]) *slot = &c->ring[s % MRC_INVAL_RING];
     ST(&slot->first, first);
     ST(&slot->last, last);
     __atomic_store_n(&slot->seq, s + 1, __ATOMIC_RELEASE);
+    return s;
 }
 
-uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
-                               enum mrc_inval_cause cause)
+/* report: the memory changes (not a closing cache, not a lost source), so that a holder
+ * of registered memory in the range is recorded. */
+static uint64_t begin(struct mrc_cache *c, uint64_t addr, uint64_t len, enum mrc_inval_cause cause, int report)
 {
     if (len == 0 || !__atomic_load_n(&c->active, __ATOMIC_SEQ_CST))
         return 0;
     uint64_t first = addr, last = addr + len - 1 < addr ? UINT64_MAX : addr + len - 1;
     /* Publish the range first, so that a miss registering concurrently learns of it. */
-    announce(c, first, last);
+    uint64_t seq = announce(c, first, last);
     /* A miss that read the sequence after our increment cannot see our range: the
      * ticket lets mrc_cache_unmap_done tell whether one overlapped the unmap. */
     uint64_t m = __atomic_load_n(&c->misses, __ATOMIC_SEQ_CST);
     uint64_t ticket = (m >> MRC_MISSES_INFLIGHT_BITS) << 1 | ((m & MRC_MISSES_INFLIGHT_MASK) != 0);
     /* The lock-free shortcut is safe only with no miss in flight: a miss leaves the
      * in-flight count only after its insertion is counted in tree_count. */
-    if (!(ticket & 1) && !__atomic_load_n(&c->tree_count, __ATOMIC_SEQ_CST))
+    if (!(ticket & 1) && !__atomic_load_n(&c->tree_count, __ATOMIC_SEQ_CST) &&
+        !__atomic_load_n(&c->nheld, __ATOMIC_SEQ_CST))
         return ticket;
 
-    struct inval_batch b = { c, 0, 0, 0 };
+    struct inval_batch b = { c, 0, 0, 0, 0 };
     struct mrc_itree_node *run = NULL;
     uint64_t n = 0;
     pthread_mutex_lock(&c->lock);
@@ -67,6 +71,8 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
     if (run) {
         c->parked[np].run = run;
         c->parked[np].cause = cause;
+        c->parked[np].report = report;
+        c->parked[np].seq = seq;
         __atomic_store_n(&c->parked[np].first, first, __ATOMIC_RELEASE);
         __atomic_store_n(&c->parked[np].last, last, __ATOMIC_RELEASE);
         __atomic_store_n(&c->nparked, np + 1, __ATOMIC_SEQ_CST);
@@ -84,11 +90,22 @@ uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
      * beside the program's munmap it would make the kernel's TLB flushes reach its CPU
      * too (measured here: the 16k-entry munmap then cost 2-4x as much). */
     int full = (n || run) && c->deferred_bytes + c->parked_bytes > c->p.max_deferred_bytes;
+    int in_use = report && (b.in_use || mrc_cache_held_overlaps_locked(c, first, last));
+    if (in_use)
+        mrc_cache_in_use_note_locked(c, first, last, seq, cause);
     pthread_mutex_unlock(&c->lock);
     inval_stats(n, cause);
+    if (in_use)
+        mrc_cache_in_use_notify(c, seq);
     if (full && c->p.deferred_full)
         c->p.deferred_full(c->p.deferred_full_arg);
     return ticket;
+}
+
+uint64_t mrc_cache_unmap_begin(struct mrc_cache *c, uint64_t addr, uint64_t len,
+                               enum mrc_inval_cause cause)
+{
+    return begin(c, addr, len, cause, cause != MRC_INVAL_SOURCE_LOST);
 }
 
 void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, uint64_t len,
@@ -113,7 +130,7 @@ void mrc_cache_close(struct mrc_cache *c, enum mrc_inval_cause cause)
     pthread_mutex_lock(&c->lock);
     c->closed = 1;
     pthread_mutex_unlock(&c->lock);
-    mrc_cache_invalidate(c, 0, UINT64_MAX, cause);
+    begin(c, 0, UINT64_MAX, cause, 0);
 }
 
 static uint64_t sink_begin(void *arg, uint64_t addr, uint64_t len, enum mrc_inval_cause cause)

@@ -43,6 +43,7 @@ static inline int young_may_overlap(const struct mrc_cache *c, uint64_t first, u
 struct inval_batch {
     struct mrc_cache *c;
     uint64_t bytes, ndeferred, deferred_bytes;
+    uint32_t in_use;              /* an entry taken had a user */
 };
 
 /* An entry the tree has just let go of (mrc_itree_remove_range's and
@@ -63,6 +64,8 @@ static inline void inval_one_locked(struct mrc_itree_node *node, void *arg)
         b->c->deferred = e;
         b->ndeferred++;
         b->deferred_bytes += len;
+    } else {
+        b->in_use = 1;
     }
 }
 
@@ -83,6 +86,36 @@ static inline void inval_stats(uint64_t n, enum mrc_inval_cause cause)
         return;
     mrc_stat_add(MRC_STAT_INVALIDATED, n);
     mrc_stat_add((enum mrc_stat)(MRC_STAT_INVAL_BASE + cause), n);
+}
+
+/* ---- registrations held out of the tree, and in-use records (cache_held.c) ---- */
+
+/* e (ref set, out of the tree) goes into the held tree (under the lock). */
+void mrc_cache_held_add_locked(struct mrc_cache *c, struct mrc_entry *e);
+
+/* Takes e out of the held tree if it is there (under the lock). */
+void mrc_cache_held_remove_locked(struct mrc_cache *c, struct mrc_entry *e);
+
+/* The same, taking the lock for it (none for an entry never held). Not from a hook. */
+void mrc_cache_held_remove(struct mrc_cache *c, struct mrc_entry *e);
+
+/* Settles parked runs (taking the lock). Not from a hook. */
+void mrc_cache_settle(struct mrc_cache *c);
+
+/* Whether a held registration overlaps [first, last] (under the lock). */
+int mrc_cache_held_overlaps_locked(const struct mrc_cache *c, uint64_t first, uint64_t last);
+
+/* Records an invalidation of [first, last] that found a holder (under the lock): in the
+ * ring, or counted as lost when it is full. The caller calls mrc_cache_in_use_notify
+ * once the lock is let go. */
+void mrc_cache_in_use_note_locked(struct mrc_cache *c, uint64_t first, uint64_t last, uint64_t seq,
+                                  enum mrc_inval_cause cause);
+
+/* Tells the in_use callback of record seq (without the lock). */
+static inline void mrc_cache_in_use_notify(struct mrc_cache *c, uint64_t seq)
+{
+    if (c->p.in_use)
+        c->p.in_use(c->p.in_use_arg, seq);
 }
 
 /* ---- deregistration (cache_dereg.c; never under the lock, never in a hook) ---- */

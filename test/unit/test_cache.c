@@ -1747,7 +1747,7 @@ static void test_unmapped_while_registering_is_private(void)
     setup_hooked(1000, 1ull << 40);
     in_reg = unmap_request;
     struct mrc_entry *e = get(&dom_a, 0x80200000, PG, LW);
-    CHECK(e->flags == MRC_E_PRIVATE && e->ref == 1 && cache.tree_count == 0);
+    CHECK((e->flags & ~MRC_E_HELD) == MRC_E_PRIVATE && e->ref == 1 && cache.tree_count == 0);
     struct fake_reg *r = reg_of(e);
     mrc_cache_put(&cache, e);
     CHECK(!r->live);
@@ -1760,7 +1760,7 @@ static void test_unmapped_while_registering_is_private(void)
     mrc_cache_drain(&cache);
     in_reg = unmap_41_slots;
     e = get(&dom_a, 0x80300000 + 40 * 2 * PG, PG, LW);   /* just after the 40 */
-    CHECK(cache.nparked == 1 && e->flags == MRC_E_PRIVATE);
+    CHECK(cache.nparked == 1 && (e->flags & ~MRC_E_HELD) == MRC_E_PRIVATE);
     r = reg_of(e);
     mrc_cache_put(&cache, e);
     CHECK(!r->live);
@@ -2314,6 +2314,125 @@ static void test_pinned_notice_once(void)
     mrc_cache_put(&cache, d);
 }
 
+/* In-use records: what the layer above is told of memory changed under a holder. */
+static uint64_t inuse_notified, inuse_last_seq;
+static void on_in_use(void *arg, uint64_t seq)
+{
+    (void)arg;
+    inuse_notified++;
+    inuse_last_seq = seq;
+}
+
+static void setup_in_use(uint64_t max_entry_bytes)
+{
+    setup();
+    struct mrc_cache_params p = cache.p;
+    cache_end();
+    p.in_use = on_in_use;
+    p.max_entry_bytes = max_entry_bytes;
+    inuse_notified = inuse_last_seq = 0;
+    CHECK(cache_start(&p) == 0);
+}
+
+static unsigned take_in_use(struct mrc_inuse_rec *r, unsigned max, uint64_t *lost)
+{
+    return mrc_cache_in_use_take(&cache, r, max, lost);
+}
+
+/* An entry a holder still has is recorded with the range and the cause; an idle one,
+ * a closing cache and a lost source are not. */
+static void test_in_use_recorded_only_under_a_holder(void)
+{
+    setup_in_use(0);
+    struct mrc_inuse_rec r[4];
+    uint64_t lost;
+    const uint64_t a = 0x70000000, b = 0x71000000;
+    struct mrc_entry *held = get(&dom_a, a, 4 * PG, LW);
+    mrc_cache_put(&cache, get(&dom_a, b, 4 * PG, LW));   /* idle */
+    uint64_t mark = mrc_cache_inval_mark(&cache);
+    mrc_cache_invalidate(&cache, b, 4 * PG, MRC_INVAL_MUNMAP);
+    CHECK(!mrc_cache_in_use_pending(&cache) && inuse_notified == 0 && take_in_use(r, 4, &lost) == 0);
+    mrc_cache_invalidate(&cache, a + PG, PG, MRC_INVAL_MADVISE);
+    CHECK(mrc_cache_in_use_pending(&cache) && inuse_notified == 1);
+    CHECK(take_in_use(r, 4, &lost) == 1 && lost == 0 && !mrc_cache_in_use_pending(&cache));
+    CHECKF(r[0].first == a + PG && r[0].last == a + 2 * PG - 1 && r[0].cause == MRC_INVAL_MADVISE &&
+               r[0].seq == inuse_last_seq && mark <= r[0].seq,
+           "record [%#jx, %#jx] cause %d seq %ju (mark %ju)", (uintmax_t)r[0].first, (uintmax_t)r[0].last,
+           (int)r[0].cause, (uintmax_t)r[0].seq, (uintmax_t)mark);
+    /* A holder that read its mark after the invalidation did not hold across it. */
+    CHECK(mrc_cache_inval_mark(&cache) > r[0].seq);
+    mrc_cache_put(&cache, held);
+    struct mrc_entry *again = get(&dom_a, a, 4 * PG, LW);
+    mrc_cache_invalidate(&cache, 0, UINT64_MAX, MRC_INVAL_SOURCE_LOST);
+    CHECK(take_in_use(r, 4, &lost) == 0);
+    mrc_cache_put(&cache, again);
+    struct mrc_entry *third = get(&dom_a, a, 4 * PG, LW);
+    mrc_cache_close(&cache, MRC_INVAL_API);
+    CHECK(take_in_use(r, 4, &lost) == 0 && inuse_notified == 1);
+    mrc_cache_put(&cache, third);
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECK(fb.live == 0);
+}
+
+/* A registration its caller has alone (too large to keep, raced, retired) is seen by an
+ * invalidation although no tree holds it; once released it is not. */
+static void test_in_use_private_and_retired_holders(void)
+{
+    setup_in_use(16 * PG);
+    struct mrc_inuse_rec r[4];
+    const uint64_t big = 0x72000000, small = 0x73000000;
+    struct mrc_entry *p = get(&dom_a, big, 64 * PG, LW);
+    CHECK(p->flags & MRC_E_PRIVATE);
+    mrc_cache_invalidate(&cache, big + 63 * PG, PG, MRC_INVAL_MUNMAP);
+    CHECK(take_in_use(r, 4, NULL) == 1 && r[0].first == big + 63 * PG && r[0].cause == MRC_INVAL_MUNMAP);
+    CHECK(mrc_cache_put(&cache, p) == 0 && cache.nheld == 0);
+    mrc_cache_invalidate(&cache, big, 64 * PG, MRC_INVAL_MUNMAP);
+    CHECK(take_in_use(r, 4, NULL) == 0);
+    struct mrc_entry *s = get(&dom_a, small, PG, LW);
+    mrc_cache_retire(&cache, s);
+    CHECK(cache.nheld == 1);
+    mrc_cache_invalidate(&cache, small, PG, MRC_INVAL_FILE);
+    CHECK(take_in_use(r, 4, NULL) == 1 && r[0].cause == MRC_INVAL_FILE);
+    mrc_cache_put(&cache, s);
+    CHECK(cache.nheld == 0 && fb.live == 0);
+}
+
+/* A parked run's holders are recorded when it is settled, under the unmap's number;
+ * records past the ring are counted as lost, never block. */
+static void test_in_use_parked_and_lost(void)
+{
+    setup_in_use(0);
+    struct mrc_inuse_rec r[MRC_INUSE_RING];
+    uint64_t lost;
+    const uint64_t base = 0x74000000;
+    struct mrc_entry *held = NULL;
+    for (uint64_t i = 0; i < 40; i++) {
+        struct mrc_entry *e = get(&dom_a, base + i * 2 * PG, PG, LW);
+        if (i == 20)
+            held = e;
+        else
+            mrc_cache_put(&cache, e);
+    }
+    mrc_cache_drain(&cache);
+    mrc_cache_invalidate(&cache, base, 80 * PG, MRC_INVAL_MREMAP);
+    CHECK(cache.nparked == 1);
+    CHECK(take_in_use(r, MRC_INUSE_RING, &lost) == 1 && r[0].cause == MRC_INVAL_MREMAP && r[0].first == base &&
+          lost == 0);
+    /* Out of the tree now: a later change there finds no holder (the first said it). */
+    mrc_cache_invalidate(&cache, base + 40 * PG, PG, MRC_INVAL_MUNMAP);
+    CHECK(take_in_use(r, MRC_INUSE_RING, &lost) == 0);
+    mrc_cache_put(&cache, held);
+    struct mrc_entry *kept = get(&dom_a, base, PG, LW);
+    mrc_cache_retire(&cache, kept);   /* held out of the tree: every change is seen */
+    for (unsigned i = 0; i < MRC_INUSE_RING + 3; i++)
+        mrc_cache_invalidate(&cache, base, PG, MRC_INVAL_MUNMAP);
+    CHECKF(take_in_use(r, MRC_INUSE_RING, &lost) == MRC_INUSE_RING && lost == 3, "lost %ju", (uintmax_t)lost);
+    CHECK(r[0].seq < r[MRC_INUSE_RING - 1].seq);
+    mrc_cache_put(&cache, kept);
+    mrc_cache_flush(&cache, NULL, NULL);
+    CHECK(fb.live == 0);
+}
+
 int main(void)
 {
     check_after_test = cache_end;   /* each test's cache destroyed and checked, within it */
@@ -2390,5 +2509,8 @@ int main(void)
     RUN(test_expire_many);
     RUN(test_largest);
     RUN(test_pinned_notice_once);
+    RUN(test_in_use_recorded_only_under_a_holder);
+    RUN(test_in_use_private_and_retired_holders);
+    RUN(test_in_use_parked_and_lost);
     CHECK_EXIT();
 }

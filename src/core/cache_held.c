@@ -1,0 +1,79 @@
+/* cache_held.c - what an invalidation tells about registrations someone still holds:
+ * the held tree of registrations out of the cache's tree that a caller holds (private
+ * ones, retired ones), and the ring of invalidations that took memory from under a
+ * holder, for the layer above to find which of its handles outlived their memory.
+ * Invariants: under the cache lock but for the take, which locks; nothing here
+ * allocates or calls the back-end; the ring never blocks an invalidation (a full ring
+ * counts the record as lost). */
+#include <stdint.h>
+
+#include "core/cache.h"
+#include "core/cache_priv.h"
+
+void mrc_cache_held_add_locked(struct mrc_cache *c, struct mrc_entry *e)
+{
+    ST(&e->flags, LD(&e->flags) | MRC_E_HELD);
+    mrc_itree_insert(&c->held, &e->node);
+    __atomic_store_n(&c->nheld, c->nheld + 1, __ATOMIC_SEQ_CST);
+}
+
+void mrc_cache_held_remove_locked(struct mrc_cache *c, struct mrc_entry *e)
+{
+    if (!(LD(&e->flags) & MRC_E_HELD))
+        return;
+    ST(&e->flags, LD(&e->flags) & ~MRC_E_HELD);
+    mrc_itree_remove(&c->held, &e->node);
+    __atomic_store_n(&c->nheld, c->nheld - 1, __ATOMIC_SEQ_CST);
+}
+
+void mrc_cache_held_remove(struct mrc_cache *c, struct mrc_entry *e)
+{
+    /* Only the holder releasing e changes its flag: no lock needed to see it unset. */
+    if (!(LD(&e->flags) & MRC_E_HELD))
+        return;
+    pthread_mutex_lock(&c->lock);
+    mrc_cache_held_remove_locked(c, e);
+    pthread_mutex_unlock(&c->lock);
+}
+
+int mrc_cache_held_overlaps_locked(const struct mrc_cache *c, uint64_t first, uint64_t last)
+{
+    return c->nheld && mrc_itree_iter_first(&c->held, first, last) != NULL;
+}
+
+void mrc_cache_in_use_note_locked(struct mrc_cache *c, uint64_t first, uint64_t last, uint64_t seq,
+                                  enum mrc_inval_cause cause)
+{
+    if (c->inuse_head - c->inuse_tail == MRC_INUSE_RING) {
+        c->inuse_lost++;
+    } else {
+        struct mrc_inuse_rec *r = &c->inuse[c->inuse_head % MRC_INUSE_RING];
+        r->first = first;
+        r->last = last;
+        r->seq = seq;
+        r->cause = cause;
+        c->inuse_head++;
+    }
+    __atomic_store_n(&c->inuse_pending, 1u, __ATOMIC_RELEASE);
+}
+
+unsigned mrc_cache_in_use_take(struct mrc_cache *c, struct mrc_inuse_rec *out, unsigned max, uint64_t *lost)
+{
+    unsigned n = 0;
+    if (lost)
+        *lost = 0;
+    if (!mrc_cache_in_use_pending(c) && !LD(&c->nparked))
+        return 0;
+    mrc_cache_settle(c);
+    pthread_mutex_lock(&c->lock);
+    while (n < max && c->inuse_tail != c->inuse_head)
+        out[n++] = c->inuse[c->inuse_tail++ % MRC_INUSE_RING];
+    if (lost) {
+        *lost = c->inuse_lost;
+        c->inuse_lost = 0;
+    }
+    if (c->inuse_tail == c->inuse_head)
+        __atomic_store_n(&c->inuse_pending, 0u, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
