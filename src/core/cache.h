@@ -275,10 +275,15 @@ static inline int mrc_cache_in_use_pending(const struct mrc_cache *c)
     return __atomic_load_n(&c->inuse_pending, __ATOMIC_ACQUIRE) != 0;
 }
 
-/* Takes up to max waiting in-use records, oldest first, into out[]; *lost (if not NULL)
- * gets how many found the ring full since the last take. Settles parked runs first
+/* Copies up to max waiting in-use records, oldest first, into out[], leaving them in
+ * place; *pos tells mrc_cache_in_use_retire where they began. Settles parked runs first
  * (their entries in use are recorded then). Returns how many. Not from a hook. */
-unsigned mrc_cache_in_use_take(struct mrc_cache *c, struct mrc_inuse_rec *out, unsigned max, uint64_t *lost);
+unsigned mrc_cache_in_use_peek(struct mrc_cache *c, struct mrc_inuse_rec *out, unsigned max, uint64_t *pos);
+
+/* The n records peeked at pos are dealt with: gone from the ring (unless someone retired
+ * them first), and pending cleared once it is empty. Returns how many records found the
+ * ring full since the last retire. Not from a hook. */
+uint64_t mrc_cache_in_use_retire(struct mrc_cache *c, uint64_t pos, unsigned n);
 
 /* Caches nothing from now on: every entry is invalidated (for cause), and a registration
  * made later, or under way now, is handed to its caller alone and deregistered at its

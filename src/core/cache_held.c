@@ -57,23 +57,30 @@ void mrc_cache_in_use_note_locked(struct mrc_cache *c, uint64_t first, uint64_t 
     __atomic_store_n(&c->inuse_pending, 1u, __ATOMIC_RELEASE);
 }
 
-unsigned mrc_cache_in_use_take(struct mrc_cache *c, struct mrc_inuse_rec *out, unsigned max, uint64_t *lost)
+unsigned mrc_cache_in_use_peek(struct mrc_cache *c, struct mrc_inuse_rec *out, unsigned max, uint64_t *pos)
 {
     unsigned n = 0;
-    if (lost)
-        *lost = 0;
+    *pos = 0;
     if (!mrc_cache_in_use_pending(c) && !LD(&c->nparked))
         return 0;
     mrc_cache_settle(c);
     pthread_mutex_lock(&c->lock);
-    while (n < max && c->inuse_tail != c->inuse_head)
-        out[n++] = c->inuse[c->inuse_tail++ % MRC_INUSE_RING];
-    if (lost) {
-        *lost = c->inuse_lost;
-        c->inuse_lost = 0;
-    }
+    *pos = c->inuse_tail;
+    for (uint64_t i = c->inuse_tail; n < max && i != c->inuse_head; i++)
+        out[n++] = c->inuse[i % MRC_INUSE_RING];
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+uint64_t mrc_cache_in_use_retire(struct mrc_cache *c, uint64_t pos, unsigned n)
+{
+    pthread_mutex_lock(&c->lock);
+    if (c->inuse_tail == pos && c->inuse_head - pos >= n)
+        c->inuse_tail = pos + n;
+    uint64_t lost = c->inuse_lost;
+    c->inuse_lost = 0;
     if (c->inuse_tail == c->inuse_head)
         __atomic_store_n(&c->inuse_pending, 0u, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&c->lock);
-    return n;
+    return lost;
 }

@@ -16,18 +16,18 @@
 
 MRC_HOT MRC_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-    return mrc_rt_reg_mr(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
+    return mrc_rt_reg_mr(pd, addr, length, (uintptr_t)addr, (unsigned int)access, __builtin_return_address(0));
 }
 
 MRC_HOT MRC_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
 {
-    return mrc_rt_reg_mr(pd, addr, length, iova, (unsigned int)access);
+    return mrc_rt_reg_mr(pd, addr, length, iova, (unsigned int)access, __builtin_return_address(0));
 }
 
 MRC_HOT MRC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
                                                    unsigned int access)
 {
-    return mrc_rt_reg_mr(pd, addr, length, iova, access);
+    return mrc_rt_reg_mr(pd, addr, length, iova, access, __builtin_return_address(0));
 }
 
 MRC_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova,

@@ -106,6 +106,7 @@ int mrc_rt_api_flush(struct ibv_pd *pd, unsigned flags)
  * invalidations are then in the statistics. */
 static void collect(struct mrc_report *r)
 {
+    mrc_rt_inuse_scan();   /* a change not yet looked at is counted before the counts are read */
     mrc_cache_get_gauges(&mrc_rt.cache, &r->g);
     mrc_stats_sum(&r->s);
     r->wall_ns = mrc_now_ns() - mrc_rt.start_ns;

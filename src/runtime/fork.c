@@ -120,6 +120,7 @@ static void fork_child(void)
     mrc_stats_child_reset();
     mrc_callsite_child_reset();
     mrc_thread_child_reset();
+    mrc_rt_inuse_child();
     __atomic_store_n(mrc_rt_mark, 1u, __ATOMIC_RELEASE);
 }
 

@@ -26,6 +26,7 @@
 
 #include "runtime/helper.h"
 #include "runtime/live.h"
+#include "runtime/runtime.h"
 #include "runtime/state.h"
 #include "util/log.h"
 #include "util/sys.h"
@@ -36,6 +37,7 @@
  * add drains (back-end calls) beside the program's own. */
 #define WAKE_DRAIN 1u
 #define WAKE_REFILL 2u
+#define WAKE_INUSE 4u
 
 #define POLL_NS 2000000      /* a chunk (512 entries) lasts at least 2 ms of misses */
 #define POLLS 50             /* then, 100 ms without work, back to sleeping until woken */
@@ -102,6 +104,8 @@ static void *helper_main(void *arg)
             mrc_cache_drain(&mrc_rt.cache);
         if (w & WAKE_REFILL)
             mrc_rt_reserve_refill();
+        if (w & WAKE_INUSE)
+            mrc_rt_inuse_scan();
         if (w & MRC_LIVE_WAKE)
             mrc_live_serve();
     }
@@ -143,6 +147,11 @@ void mrc_helper_drain(void *arg)
 {
     (void)arg;
     wake(WAKE_DRAIN);
+}
+
+void mrc_helper_inuse(void)
+{
+    wake(WAKE_INUSE);
 }
 
 void mrc_helper_refill(void *arg)

@@ -13,6 +13,10 @@ void mrc_helper_start(void);
  * safe in any hook. */
 void mrc_helper_drain(void *arg);
 
+/* Asks it to look for the program's MRs over memory that changed (runtime/inuse.c):
+ * the same. */
+void mrc_helper_inuse(void);
+
 /* Asks it to refill the reserves (the pools' low-reserve callback): the same. */
 void mrc_helper_refill(void *arg);
 

@@ -315,6 +315,7 @@ static void activate(void)
         .local_super_mask = mrc_verbs_local_super_mask(),
         .remote_policy = mrc_rt.cfg.remote_policy == MRC_CFG_REMOTE_NEVER ? MRC_REMOTE_NEVER : MRC_REMOTE_EXACT,
         .deferred_full = mrc_helper_drain,
+        .in_use = mrc_rt_inuse_recorded,
         .admit_armed = &mrc_maps.interest,
         .admit = mrc_rt_admit,
         .keys = mrc_verbs_keys,
@@ -333,6 +334,7 @@ static void activate(void)
         .fork_gen = &mrc_rt.fork_gen,
         .verify_period = mrc_rt.cfg.verify,
         .max_entries = mrc_rt.cfg.max_entries,
+        .held = mrc_rt_inuse_held,
     };
     mrc_verbs_init(&mrc_rt.verbs, &vp);
     prepare_init(&mrc_rt.cfg);

@@ -37,7 +37,19 @@ struct mrc_rt_entry {
 };
 void mrc_rt_verbs_entries(const struct mrc_rt_entry *list, unsigned n);
 
-struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access);
+/* The program's MRs that outlive their memory (inuse.c): the cache's in_use callback
+ * (any hook), the front-end's held callback, the scan of the handles for what was
+ * recorded (the helper's, and before statistics are read; not from a hook), and a
+ * forked child's fresh start. */
+struct mrc_verbs_held;
+struct mrc_inuse_rec;
+void mrc_rt_inuse_recorded(void *arg, uint64_t seq);
+void mrc_rt_inuse_held(const struct mrc_verbs_held *h, const struct mrc_inuse_rec *rec, void *arg);
+void mrc_rt_inuse_scan(void);
+void mrc_rt_inuse_child(void);
+
+struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access,
+                             const void *caller);
 struct ibv_mr *mrc_rt_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd,
                                     int access);
 int mrc_rt_dereg_mr(struct ibv_mr *mr);

@@ -47,8 +47,10 @@ static __attribute__((noinline, cold)) struct ibv_mr *reg_gated(struct ibv_pd *p
     return mrc_verbs_reg_mr(&mrc_rt.verbs, pd, addr, len, iova, access);
 }
 
-MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
+MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access,
+                                     const void *caller)
 {
+    mrc_verbs_tls_caller = caller;
     if (__builtin_expect(__atomic_load_n(&mrc_real_verbs_ready, __ATOMIC_ACQUIRE) && mrc_ready() &&
                              __atomic_load_n(&mrc_rt.cfg.enable, __ATOMIC_RELAXED) && !mrc_verbs_in_reg() &&
                              *__atomic_load_n(&mrc_rt_mark, __ATOMIC_RELAXED) && pd && addr && len &&

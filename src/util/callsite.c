@@ -95,6 +95,7 @@ unsigned mrc_callsite_sample_period(void)
 
 typedef int (*backtrace_fn)(void **buf, int size);
 static backtrace_fn bt;
+static int bt_unw;           /* bt is libunwind's (set once, in bt_load) */
 static const char *bt_name = "none";
 static pthread_once_t bt_once = PTHREAD_ONCE_INIT;
 
@@ -138,6 +139,7 @@ static void bt_load(void)
         bt = (backtrace_fn)dlsym(h, "unw_backtrace");
     if (bt) {
         bt_name = "libunwind";
+        __atomic_store_n(&bt_unw, 1, __ATOMIC_RELEASE);
     } else {
         MRC_INFO("MRCACHE_CALLSITES: libunwind.so.8 not found (%s); using glibc's backtrace", dlerror());
         bt = backtrace;
@@ -165,6 +167,13 @@ int mrc_callsite_capture(uint64_t *ips, int max)
     for (; i < n && d < max; i++)
         ips[d++] = (uint64_t)(uintptr_t)raw[i];
     return d;
+}
+
+int mrc_callsite_capture_any(uint64_t *ips, int max)
+{
+    if (!__atomic_load_n(&mrc_callsite_top, __ATOMIC_RELAXED) || !__atomic_load_n(&bt_unw, __ATOMIC_ACQUIRE))
+        return 0;
+    return mrc_callsite_capture(ips, max);
 }
 
 /* The next sampled hit: uniform in [1, 2K-1], mean K; random, so that a program whose
@@ -409,19 +418,59 @@ static const char *base_name(const char *p)
     return s ? s + 1 : p;
 }
 
+static void label_of(const struct frame_info *f, char *out, size_t size)
+{
+    if (f->fn[0] && f->object)
+        snprintf(out, size, "%s+0x%llx (%s)", f->fn, (unsigned long long)f->fn_off, base_name(f->object));
+    else if (f->object)
+        snprintf(out, size, "%s+0x%llx", base_name(f->object), (unsigned long long)f->obj_off);
+    else
+        snprintf(out, size, "0x%llx", (unsigned long long)f->ip);
+}
+
 static void write_label(struct mrc_wbuf *w, const struct frame_info *f, int json)
 {
     char tmp[400];
-    if (f->fn[0] && f->object)
-        snprintf(tmp, sizeof(tmp), "%s+0x%llx (%s)", f->fn, (unsigned long long)f->fn_off, base_name(f->object));
-    else if (f->object)
-        snprintf(tmp, sizeof(tmp), "%s+0x%llx", base_name(f->object), (unsigned long long)f->obj_off);
-    else
-        snprintf(tmp, sizeof(tmp), "0x%llx", (unsigned long long)f->ip);
+    label_of(f, tmp, sizeof(tmp));
     if (json)
         mrc_wbuf_json_str(w, tmp);
     else
         mrc_wbuf_printf(w, "%s", tmp);
+}
+
+const uint64_t *mrc_callsite_ips(const struct mrc_callsite *s)
+{
+    return s->ip;
+}
+
+void mrc_callsite_label(uint64_t ip, char *out, size_t size)
+{
+    struct symbolizer *z = calloc(1, sizeof(*z));
+    struct frame_info f = { .ip = ip };
+    if (z)
+        symbolize(z, ip, &f);
+    label_of(&f, out, size);
+    if (z)
+        symbolizer_free(z);
+    free(z);
+}
+
+void mrc_callsite_write_stack(struct mrc_wbuf *w, const uint64_t *ips, int n, const char *indent)
+{
+    struct symbolizer *z = calloc(1, sizeof(*z));
+    for (int i = 0; i < n && ips[i]; i++) {
+        struct frame_info f;
+        if (z)
+            symbolize(z, ips[i], &f);
+        else
+            f = (struct frame_info){ .ip = ips[i] };
+        mrc_wbuf_printf(w, "%s", indent);
+        write_label(w, &f, 0);
+        mrc_wbuf_printf(w, "\n");
+    }
+    if (z)
+        symbolizer_free(z);
+    free(z);
 }
 
 /* ---- listing ----------------------------------------------------------------------- */

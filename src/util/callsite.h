@@ -63,6 +63,22 @@ void mrc_callsite_live_add(struct mrc_callsite *site, uint64_t len, int from_hit
  * (and libibverbs') leading frames. Returns how many. Registration path only. */
 int mrc_callsite_capture(uint64_t *ips, int max);
 
+/* The same from anywhere, hooks included: captures only while call sites are on and
+ * libunwind (which neither allocates nor locks what a hook holds) is loaded already;
+ * else 0. */
+int mrc_callsite_capture_any(uint64_t *ips, int max);
+
+/* The stack a site counts (MRC_CALLSITE_DEPTH return addresses, zero-padded). */
+const uint64_t *mrc_callsite_ips(const struct mrc_callsite *s);
+
+/* One return address as "function+0x.. (object)" (or "object+0x..", or the bare
+ * address), into out. Not from a hook. */
+void mrc_callsite_label(uint64_t ip, char *out, size_t size);
+
+/* Writes up to n return addresses (to the first zero) as text lines, each indent then
+ * "function+0x.. (object)", symbolized. Not from a hook. */
+void mrc_callsite_write_stack(struct mrc_wbuf *w, const uint64_t *ips, int n, const char *indent);
+
 enum mrc_callsite_order {
     MRC_CALLSITE_BY_MISSES,   /* misses, then estimated requests */
     MRC_CALLSITE_BY_LIVE,     /* estimated live bytes (handles not deregistered) */

@@ -220,6 +220,21 @@ MRC_HOT int mrc_pool_owns(const struct mrc_pool *p, const void *ptr)
     return 0;
 }
 
+void mrc_pool_scan(struct mrc_pool *p, void (*fn)(void *obj, void *arg), void *arg)
+{
+    pthread_mutex_lock(&p->lock);
+    unsigned n = p->narenas;
+    uintptr_t bump = (uintptr_t)p->bump;
+    pthread_mutex_unlock(&p->lock);
+    for (unsigned i = 0; i < n; i++) {
+        uintptr_t end = p->arenas[i].end;
+        if (i == n - 1 && bump >= p->arenas[i].start && bump < end)
+            end = bump;   /* never carved: never touched, and never to be read in */
+        for (uintptr_t a = p->arenas[i].start; a + p->obj_size <= end; a += p->obj_size)
+            fn((void *)a, arg);
+    }
+}
+
 void mrc_pool_reset_lock(struct mrc_pool *p)
 {
     pthread_mutex_init(&p->lock, NULL);

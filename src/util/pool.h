@@ -78,6 +78,10 @@ int mrc_pool_owns(const struct mrc_pool *p, const void *ptr);
 /* Objects handed out and not returned. */
 size_t mrc_pool_live(struct mrc_pool *p);
 
+/* Calls fn on every object slot carved so far, live or free (type-stable memory: fn
+ * tells them apart by their contents, which may change under it). Not from a hook. */
+void mrc_pool_scan(struct mrc_pool *p, void (*fn)(void *obj, void *arg), void *arg);
+
 /* Returns every arena to the kernel. Only for a pool none of whose objects is in use or
  * will be read again (lock-free readers included); p must be initialised again before
  * any other call. */

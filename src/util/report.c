@@ -167,6 +167,10 @@ static void write_text(struct buf *b, const struct mrc_report *r)
         put(b, " %s %llu", mrc_inval_cause_names[i], (unsigned long long)v[MRC_STAT_INVAL_BASE + i]);
     put(b, "\n  deferred deregistrations %llu, raced misses %llu\n", (unsigned long long)v[MRC_STAT_DEFERRED],
         (unsigned long long)v[MRC_STAT_RACED]);
+    if (v[MRC_STAT_INVAL_IN_USE])
+        put(b, "  MRs that outlived their memory %llu: still registered when it was unmapped or replaced "
+               "(RDMA through them reaches the old pages)\n",
+            (unsigned long long)v[MRC_STAT_INVAL_IN_USE]);
     if (v[MRC_STAT_UFFD_EVENTS] || v[MRC_STAT_UFFD_UNWATCHED] || v[MRC_STAT_UFFD_FAULTS])
         put(b, "  userfaultfd: %llu events, %llu entries caught that other sources missed, %llu faults answered, %llu registrations unwatched\n",
             (unsigned long long)v[MRC_STAT_UFFD_EVENTS], (unsigned long long)v[MRC_STAT_UFFD_CAUGHT],

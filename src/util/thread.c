@@ -2,6 +2,7 @@
  * are left (see thread.h), and whether the process runs a single thread. Invariants: the
  * count rises only once a helper exists (pthread_create returned), so it never makes a
  * program thread look absent; nothing here allocates after start-up. */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -19,8 +20,38 @@ static void (*on_main_left)(void);
 static pthread_key_t main_key;
 static int main_keyed;              /* main_key exists */
 
+__thread int mrc_thread_ours;
+
+/* What a new helper runs first: fn and arg, passed without an allocation (helpers are
+ * few, and each start takes its slot in turn). */
+static struct start_slot {
+    void *(*fn)(void *);
+    void *arg;
+} slots[8];
+static unsigned next_slot;
+
+static void *start_trampoline(void *p)
+{
+    struct start_slot *s = p;
+    void *(*fn)(void *) = s->fn;
+    void *arg = s->arg;
+    __atomic_store_n(&s->fn, NULL, __ATOMIC_RELEASE);
+    mrc_thread_ours = 1;
+    return fn(arg);
+}
+
 int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name)
 {
+    struct start_slot *slot = NULL;
+    for (unsigned i = 0; i < 8 && !slot; i++) {
+        struct start_slot *s = &slots[__atomic_fetch_add(&next_slot, 1, __ATOMIC_RELAXED) % 8];
+        void *(*none)(void *) = NULL;
+        if (__atomic_compare_exchange_n(&s->fn, &none, fn, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            slot = s;
+    }
+    if (!slot)
+        return EAGAIN;
+    slot->arg = arg;
     /* The new thread inherits the mask: block everything around the create. */
     sigset_t all, old;
     sigfillset(&all);
@@ -30,8 +61,10 @@ int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name)
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256u << 10);
     pthread_t t;
-    int rc = pthread_create(&t, &attr, fn, arg);
+    int rc = pthread_create(&t, &attr, start_trampoline, slot);
     pthread_attr_destroy(&attr);
+    if (rc)
+        __atomic_store_n(&slot->fn, NULL, __ATOMIC_RELEASE);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc == 0) {
         __atomic_add_fetch(&helpers, 1, __ATOMIC_SEQ_CST);

@@ -13,6 +13,9 @@
  * error. fn calls mrc_thread_leave just before it returns. */
 int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name);
 
+/* Non-zero on a thread mrc_thread_start made. */
+extern __thread int mrc_thread_ours;
+
 /* A helper about to return: no longer counted. */
 void mrc_thread_leave(void);
 

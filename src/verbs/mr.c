@@ -6,6 +6,7 @@
  * handle made in an older fork generation (a parent's) is never deregistered. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <infiniband/verbs.h>
 #include <string.h>
 
@@ -28,10 +29,15 @@ struct mrc_handle {
     uint32_t magic;
     uint32_t fork_gen;
     uint32_t access;             /* as the caller asked, for rereg */
+    uint32_t reported;           /* found holding memory that changed (once per handle) */
     struct mrc_entry *entry;     /* the cached registration, or NULL ... */
     struct ibv_mr *priv;         /* ... for a private one (after rereg) */
     uint64_t iova;
-    struct mrc_handle *next_free;
+    union {
+        struct mrc_handle *next_free;   /* free */
+        const void *caller;             /* live: the return address of the registration */
+    };
+    uint64_t mark;               /* mrc_cache_inval_mark after its get (mrc_inuse_rec) */
     struct mrc_leak_tag leak;    /* counted live until deregistered: the leak report */
 };
 
@@ -40,6 +46,7 @@ struct mrc_handle {
 static __thread struct mrc_handle *tls_free;
 static __thread unsigned tls_nfree;
 __thread int mrc_verbs_tls_in_reg;
+__thread const void *mrc_verbs_tls_caller;
 static pthread_key_t tls_key;     /* returns a dead thread's free handles to the pool */
 static __thread int tls_keyed;
 static struct mrc_pool *tls_pool; /* the pool those handles go back to */
@@ -59,6 +66,8 @@ void mrc_verbs_init(struct mrc_verbs *v, const struct mrc_verbs_params *p)
 {
     v->cache = p->cache;
     v->fork_gen = p->fork_gen;
+    v->held = p->held;
+    v->held_arg = p->held_arg;
     mrc_pool_init(&v->handles, sizeof(struct mrc_handle), 1);
     tls_pool = &v->handles;
     pthread_key_create(&tls_key, tls_handles_release);
@@ -150,6 +159,8 @@ MRC_HOT struct ibv_mr *mrc_verbs_reg_mr(struct mrc_verbs *v, struct ibv_pd *pd, 
     h->iova = iova;
     h->entry = e;
     h->fork_gen = *v->fork_gen;
+    h->caller = mrc_verbs_tls_caller;
+    h->mark = mrc_cache_inval_mark(v->cache);
     /* Served on demand: the first access to each page would fault. */
     if (__builtin_expect(e->unpinned != 0, 0))
         mrc_odp_prefetch(pd, h->mr.lkey, iova, len, access);
@@ -173,6 +184,58 @@ struct ibv_mr *mrc_verbs_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_
     return mrc_real.reg_dmabuf_mr(pd, offset, len, iova, fd, access);
 }
 
+/* Whether h (live, or being deregistered: owned) held memory of rec across it, not told
+ * yet: then told, once. */
+static void held_check(struct mrc_verbs *v, struct mrc_handle *h, const struct mrc_inuse_rec *rec, int owned)
+{
+    if ((!owned && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE) || h->fork_gen != *v->fork_gen ||
+        !h->entry || __atomic_load_n(&h->reported, __ATOMIC_RELAXED) || h->mark > rec->seq)
+        return;
+    uint64_t first = (uintptr_t)h->mr.addr, last = first + h->mr.length - 1;
+    if (last < rec->first || first > rec->last || __atomic_exchange_n(&h->reported, 1u, __ATOMIC_RELAXED))
+        return;
+    struct mrc_verbs_held held = {
+        .addr = first, .len = h->mr.length, .lkey = h->mr.lkey, .rkey = h->mr.rkey,
+        .access = h->access, .caller = h->caller, .site = h->leak.site,
+    };
+    v->held(&held, rec, v->held_arg);
+}
+
+/* At its deregistration, a handle is checked against the records waiting, so that one
+ * deregistered after its memory went is told whether or not a scan came first. */
+static __attribute__((noinline, cold)) void held_check_own(struct mrc_verbs *v, struct mrc_handle *h)
+{
+    struct mrc_inuse_rec recs[MRC_INUSE_RING];
+    uint64_t pos;
+    unsigned n = mrc_cache_in_use_peek(v->cache, recs, MRC_INUSE_RING, &pos);
+    for (unsigned i = 0; i < n; i++)
+        held_check(v, h, &recs[i], 1);
+    /* A scan may have taken h first: its report is out only once the scan is over. */
+    while (__atomic_load_n(&v->scanning, __ATOMIC_SEQ_CST))
+        sched_yield();
+}
+
+struct held_scan {
+    struct mrc_verbs *v;
+    const struct mrc_inuse_rec *rec;
+};
+
+static void held_scan_one(void *obj, void *arg)
+{
+    struct held_scan *s = arg;
+    held_check(s->v, obj, s->rec, 0);
+}
+
+void mrc_verbs_in_use_find(struct mrc_verbs *v, const struct mrc_inuse_rec *rec)
+{
+    struct held_scan s = { v, rec };
+    if (!v->held)
+        return;
+    __atomic_add_fetch(&v->scanning, 1, __ATOMIC_SEQ_CST);
+    mrc_pool_scan(&v->handles, held_scan_one, &s);
+    __atomic_sub_fetch(&v->scanning, 1, __ATOMIC_SEQ_CST);
+}
+
 MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
 {
     struct mrc_handle *h = handle_of(v, mr);
@@ -191,6 +254,9 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
         return 0;
     }
     if (h->entry) {
+        if (__builtin_expect(mrc_cache_in_use_pending(v->cache) || __atomic_load_n(&v->scanning, __ATOMIC_RELAXED), 0) &&
+            v->held)
+            held_check_own(v, h);
         /* A registration the cache never shared (raced an unmap, MRCACHE_REMOTE=never)
          * is deregistered now: the NIC's refusal is the caller's, as without the cache. */
         int rc = mrc_cache_put(v->cache, h->entry);

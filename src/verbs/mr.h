@@ -14,16 +14,34 @@
 struct ibv_pd;
 struct ibv_mr;
 struct ibv_context;
+struct mrc_callsite;
+
+/* A handle that held memory an invalidation changed, as the held callback is told it. */
+struct mrc_verbs_held {
+    uint64_t addr, len;          /* the handle's own range, as registered */
+    uint32_t lkey, rkey, access;
+    const void *caller;          /* the registration's return address (NULL: unknown) */
+    struct mrc_callsite *site;   /* its call site's stack (MRCACHE_CALLSITES), or NULL */
+};
+
+typedef void mrc_verbs_held_fn(const struct mrc_verbs_held *held, const struct mrc_inuse_rec *rec, void *arg);
 
 struct mrc_verbs {
     struct mrc_cache *cache;
     struct mrc_pool handles;
     const uint32_t *fork_gen;   /* the process's generation: handles of an older one are a parent's */
+    mrc_verbs_held_fn *held;
+    void *held_arg;
+    uint32_t scanning;          /* mrc_verbs_in_use_find calls under way */
 };
 
 struct mrc_verbs_params {
     struct mrc_cache *cache;
     const uint32_t *fork_gen;
+    /* Optional: told of each handle found holding memory that changed under it (from a
+     * deregistration of it, or mrc_verbs_in_use_find). Not in a hook; any thread. */
+    mrc_verbs_held_fn *held;
+    void *held_arg;
     uint64_t verify_period;     /* MRCACHE_VERIFY: check 1 hit in N; 0 off */
     uint64_t max_entries;       /* sizes verify mode's side table */
 };
@@ -38,6 +56,10 @@ static inline int mrc_verbs_in_reg(void)
 {
     return mrc_verbs_tls_in_reg;
 }
+
+/* Set by the exported registration calls: the return address the handle made next
+ * keeps as its caller's. */
+extern __thread const void *mrc_verbs_tls_caller;
 
 /* ibv_reg_mr_iova2 semantics: a handle for [addr, addr+len) at iova, served from the
  * cache (pd, addr and len non-zero, access cacheable), or NULL + errno. */
@@ -55,6 +77,13 @@ int mrc_verbs_rereg_mr(struct mrc_verbs *v, struct ibv_mr *mr, int flags, struct
  * the program released them all. Returns how many stay because in use. */
 uint64_t mrc_verbs_flush_pd(struct mrc_verbs *v, struct ibv_pd *pd);
 uint64_t mrc_verbs_flush_context(struct mrc_verbs *v, struct ibv_context *ctx);
+
+/* Calls the held callback for each live handle over a cached registration that held
+ * memory of rec's range across that invalidation (registered before it, not
+ * deregistered), each handle once in its life. Reads every handle slot without a lock
+ * (the pool is type-stable): a handle deregistered meanwhile was told at its
+ * deregistration, if not here. Not from a hook. */
+void mrc_verbs_in_use_find(struct mrc_verbs *v, const struct mrc_inuse_rec *rec);
 
 /* The handle pool's reserve (the helper thread's): see mrc_pool_set_reserve. */
 void mrc_verbs_set_reserve(struct mrc_verbs *v, void (*low)(void *arg), void *arg);

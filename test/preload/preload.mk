@@ -66,3 +66,8 @@ TEST_CMDS += "test/preload/test_warnings.sh $(BUILD) '$(PRELOAD_PREFIX)'"
 # MRCACHE_ODP against every ODP capability the software NIC can report.
 TEST_BINS += $(BUILD)/test/test_odp
 TEST_CMDS += "test/preload/test_odp.sh $(BUILD) '$(PRELOAD_PREFIX)'"
+# The program's MRs that outlive their memory: reported, counted, never changed; also
+# where remote-access registrations are their caller's alone.
+TEST_BINS += $(BUILD)/test/test_inuse
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_inuse"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_REMOTE=never REMOTE=1 $(BUILD)/test/test_inuse"

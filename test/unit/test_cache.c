@@ -2334,9 +2334,18 @@ static void setup_in_use(uint64_t max_entry_bytes)
     CHECK(cache_start(&p) == 0);
 }
 
+/* Peeks, peeks again (the same records: peeking takes nothing), then retires. */
 static unsigned take_in_use(struct mrc_inuse_rec *r, unsigned max, uint64_t *lost)
 {
-    return mrc_cache_in_use_take(&cache, r, max, lost);
+    uint64_t pos, pos2;
+    unsigned n = mrc_cache_in_use_peek(&cache, r, max, &pos);
+    struct mrc_inuse_rec again[MRC_INUSE_RING];
+    unsigned n2 = mrc_cache_in_use_peek(&cache, again, max < MRC_INUSE_RING ? max : MRC_INUSE_RING, &pos2);
+    CHECK(n2 == n && pos2 == pos && (!n || again[0].seq == r[0].seq));
+    uint64_t l = mrc_cache_in_use_retire(&cache, pos, n);
+    if (lost)
+        *lost = l;
+    return n;
 }
 
 /* An entry a holder still has is recorded with the range and the cause; an idle one,
