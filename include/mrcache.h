@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 #define MRCACHE_VERSION_MAJOR 0
-#define MRCACHE_VERSION_MINOR 2
+#define MRCACHE_VERSION_MINOR 3
 
 struct ibv_pd;   /* from <infiniband/verbs.h>; only its address is used here */
 
@@ -120,11 +120,15 @@ struct mrcache_stats {
     uint64_t uffd_unwatched;     /* registrations the userfaultfd could not watch */
     uint64_t verify_checks;      /* hits checked against /proc/self/pagemap */
     uint64_t verify_stale;       /* ... found stale (and re-registered) */
+    /* Since 0.3 (MRCACHE_STATS_SIZE_V3). */
+    uint64_t inval_in_use;       /* the program's MRs found still registered over memory
+                                  * that was unmapped, freed, discarded or replaced */
 };
 
-/* The sizes of the versions of struct mrcache_stats: 0.1's, and 0.2's (this header's). */
+/* The sizes of the versions of struct mrcache_stats: 0.1's, 0.2's, and 0.3's (this header's). */
 #define MRCACHE_STATS_SIZE_V1 352
 #define MRCACHE_STATS_SIZE_V2 392
+#define MRCACHE_STATS_SIZE_V3 400
 
 #ifdef MRCACHE_BUILDING_LIBRARY
 

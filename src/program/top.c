@@ -47,6 +47,7 @@ struct row {
     double req_s, hit_s, miss_s, inval_s, reg_ms_s, hit_pct;
     uint64_t requests, hits, misses, invalidations, reg_ns, entries;
     uint64_t in_use, idle, waiting;
+    uint64_t outlived;           /* the program's MRs found registered over memory that changed */
     int stale;
 };
 
@@ -305,6 +306,7 @@ static void make_rows(void)
         r->in_use = s->pinned_in_use;
         r->idle = s->pinned_idle;
         r->waiting = s->pinned_waiting;
+        r->outlived = a->inval_in_use;
         r->stale = !procs[i].answered;
     }
     memcpy(prev, procs, nprocs * sizeof(procs[0]));
@@ -365,8 +367,9 @@ static void put_line(unsigned width, const char *line)
 static void put_header(unsigned width)
 {
     char line[256];
-    snprintf(line, sizeof(line), "%7s %-15s %-10s %5s %9s %9s %9s %6s %8s %8s %7s %7s %7s %7s", "PID", "COMMAND", "JOB",
-             "RANK", "REQ/s", "HIT/s", "MISS/s", "HIT%", "INVAL/s", "REGms/s", "INUSE", "IDLE", "WAITING", "ENTRIES");
+    snprintf(line, sizeof(line), "%7s %-15s %-10s %5s %9s %9s %9s %6s %8s %8s %7s %7s %7s %7s %8s", "PID", "COMMAND",
+             "JOB", "RANK", "REQ/s", "HIT/s", "MISS/s", "HIT%", "INVAL/s", "REGms/s", "INUSE", "IDLE", "WAITING", "ENTRIES",
+             "OUTLIVED");
     put_line(width, line);
 }
 
@@ -374,10 +377,10 @@ static void put_row(unsigned width, const struct row *r)
 {
     char line[256], u[16], i[16], w[16], rank[12];
     snprintf(rank, sizeof(rank), r->rank >= 0 ? "%d" : "-", r->rank);
-    snprintf(line, sizeof(line), "%7ld %-15s %-10.10s %5s %9.0f %9.0f %9.0f %5.1f%c %8.0f %8.2f %7s %7s %7s %7llu",
+    snprintf(line, sizeof(line), "%7ld %-15s %-10.10s %5s %9.0f %9.0f %9.0f %5.1f%c %8.0f %8.2f %7s %7s %7s %7llu %8llu",
              r->pid, r->comm, r->job[0] ? r->job : "-", rank, r->req_s, r->hit_s, r->miss_s, r->hit_pct, r->stale ? '?' : ' ', r->inval_s, r->reg_ms_s,
              human(u, sizeof(u), r->in_use), human(i, sizeof(i), r->idle), human(w, sizeof(w), r->waiting),
-             (unsigned long long)r->entries);
+             (unsigned long long)r->entries, (unsigned long long)r->outlived);
     put_line(width, line);
 }
 
@@ -424,11 +427,12 @@ static void put_json(double interval)
             "\"hit_rate\": %.4f, \"invalidations_per_s\": %.3f, \"registration_ms_per_s\": %.4f, "
             "\"requests\": %llu, \"hits\": %llu, \"misses\": %llu, \"invalidations\": %llu, "
             "\"registration_ns\": %llu, \"entries\": %llu, \"pinned_in_use\": %llu, \"pinned_idle\": %llu, "
-            "\"pinned_waiting\": %llu}",
+            "\"pinned_waiting\": %llu, \"outlived_mrs\": %llu}",
             r->stale ? "false" : "true", r->req_s, r->hit_s, r->miss_s, r->hit_pct / 100, r->inval_s, r->reg_ms_s,
             (unsigned long long)r->requests, (unsigned long long)r->hits, (unsigned long long)r->misses,
             (unsigned long long)r->invalidations, (unsigned long long)r->reg_ns, (unsigned long long)r->entries,
-            (unsigned long long)r->in_use, (unsigned long long)r->idle, (unsigned long long)r->waiting);
+            (unsigned long long)r->in_use, (unsigned long long)r->idle, (unsigned long long)r->waiting,
+            (unsigned long long)r->outlived);
     }
     put("%s], \"removed_dead\": [", nprocs ? "\n" : "");
     for (unsigned k = 0; k < nremoved; k++)
@@ -489,6 +493,9 @@ static void put_prometheus(void)
         { "mrcache_registration_seconds_total", "counter", "Time spent in the NIC's registrations.",
           offsetof(struct row, reg_ns) },
         { "mrcache_entries", "gauge", "Registrations in the cache.", offsetof(struct row, entries) },
+        { "mrcache_outlived_mrs_total", "counter",
+          "The program's MRs found still registered over memory that was unmapped or replaced.",
+          offsetof(struct row, outlived) },
         { "mrcache_pinned_bytes", "gauge", "Bytes registered, by state (in_use, idle, waiting).", (size_t)-1 },
     };
     for (unsigned f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {

@@ -23,7 +23,8 @@
 #include "util/report.h"
 #include "util/sys.h"
 
-_Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V2 &&
+_Static_assert(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V3 &&
+                   offsetof(struct mrcache_stats, inval_in_use) == MRCACHE_STATS_SIZE_V2 &&
                    offsetof(struct mrcache_stats, uffd_events) == MRCACHE_STATS_SIZE_V1,
                "struct mrcache_stats grows only at its end: add a MRCACHE_STATS_SIZE_V3");
 
@@ -197,6 +198,7 @@ int mrc_rt_api_stats_read(size_t size, struct mrcache_stats *out)
     s.uffd_unwatched = v[MRC_STAT_UFFD_UNWATCHED];
     s.verify_checks = v[MRC_STAT_VERIFY_CHECKS];
     s.verify_stale = v[MRC_STAT_VERIFY_STALE];
+    s.inval_in_use = v[MRC_STAT_INVAL_IN_USE];
     /* An older caller gets the prefix it knows; a newer one zeroes past ours. */
     memcpy(out, &s, s.size);
     if (size > s.size)

@@ -18,7 +18,7 @@
 
 #define MRC_LIVE_DIR "/dev/shm"
 #define MRC_LIVE_PREFIX "mrcache-"
-#define MRC_LIVE_MAGIC 0x3265766c6372726dull   /* "mrrclve2" */
+#define MRC_LIVE_MAGIC 0x3365766c6372726dull   /* "mrrclve3" */
 #define MRC_LIVE_WAKE 0x80000000u              /* in 'wake': a viewer asked */
 
 struct mrc_live_seg {

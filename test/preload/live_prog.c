@@ -4,8 +4,9 @@
  * prints "ready PID" and then makes no further verbs call: it waits for the end of its
  * standard input, or in pause() with "sleep" until killed. With "api" it first prints
  * VmPin, calls mrcache_flush(NULL, 0) (the header's call) and prints VmPin again; with
- * "exec" it then becomes `sleep 600` without the preload (the same pid, no cache).
- * Usage: live_prog COUNT SIZE REPS HOLD [sleep|api|exec]. Exit status 1 when a verbs call
+ * "exec" it then becomes `sleep 600` without the preload (the same pid, no cache); with
+ * "outlive" it unmaps the memory under the HOLD MRs it keeps, then waits as "sleep".
+ * Usage: live_prog COUNT SIZE REPS HOLD [sleep|api|exec|outlive]. Exit status 1 when a verbs call
  * fails. */
 #include <infiniband/verbs.h>
 #include <stdio.h>
@@ -47,6 +48,9 @@ int main(int argc, char **argv)
         int busy = mrcache_flush(NULL, 0);
         printf("flush %d vmpin %ld %ld\n", busy, before, snic_vmpin_kb());
     }
+    int outlive = argc > 5 && !strcmp(argv[5], "outlive");
+    if (outlive)
+        munmap(mem, count * stride);
     printf("ready %d\n", (int)getpid());
     fflush(stdout);
     if (argc > 5 && !strcmp(argv[5], "exec")) {
@@ -54,7 +58,7 @@ int main(int argc, char **argv)
         execlp("sleep", "sleep", "600", (char *)NULL);
         return 1;
     }
-    if (argc > 5 && !strcmp(argv[5], "sleep"))
+    if ((argc > 5 && !strcmp(argv[5], "sleep")) || outlive)
         for (;;)
             pause();
     char c;

@@ -215,20 +215,23 @@ static void test_bad_arguments(void)
 /* A caller compiled with an older (shorter) or newer (longer) struct gets its prefix. */
 static void test_stats_versioned_by_size(void)
 {
-    unsigned char buf[MRCACHE_STATS_SIZE_V2 + 64];
-    CHECK(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V2);
+    unsigned char buf[MRCACHE_STATS_SIZE_V3 + 64];
+    CHECK(sizeof(struct mrcache_stats) == MRCACHE_STATS_SIZE_V3);
     memset(buf, 0xa5, sizeof(buf));
     CHECK(mrcache_stats_read(sizeof(buf), (struct mrcache_stats *)(void *)buf) == 0);
     struct mrcache_stats s;
     memcpy(&s, buf, sizeof(s));
-    CHECK(s.size == MRCACHE_STATS_SIZE_V2);
+    CHECK(s.size == MRCACHE_STATS_SIZE_V3);
     int zero = 1;
-    for (size_t i = MRCACHE_STATS_SIZE_V2; i < sizeof(buf); i++)
+    for (size_t i = MRCACHE_STATS_SIZE_V3; i < sizeof(buf); i++)
         zero &= buf[i] == 0;
     CHECKF(zero, "the bytes past the library's struct must be zeroed");
     memset(buf, 0xa5, sizeof(buf));
     CHECK(mrcache_stats_read(MRCACHE_STATS_SIZE_V1, (struct mrcache_stats *)(void *)buf) == 0);
     CHECK(buf[MRCACHE_STATS_SIZE_V1] == 0xa5);  /* nothing written past the caller's size */
+    memset(buf, 0xa5, sizeof(buf));
+    CHECK(mrcache_stats_read(MRCACHE_STATS_SIZE_V2, (struct mrcache_stats *)(void *)buf) == 0);
+    CHECK(buf[MRCACHE_STATS_SIZE_V2] == 0xa5);
 }
 
 static const struct { const char *name; size_t off; } counters[] = {
@@ -246,7 +249,7 @@ static const struct { const char *name; size_t off; } counters[] = {
     C("inval_brk", invalidations_by_cause[MRCACHE_INVAL_BRK]),
     C("inval_free", invalidations_by_cause[MRCACHE_INVAL_FREE]),
     C("inval_trim", invalidations_by_cause[MRCACHE_INVAL_TRIM]),
-    C("inval_api", invalidations_by_cause[MRCACHE_INVAL_API]),
+    C("inval_api", invalidations_by_cause[MRCACHE_INVAL_API]), C("inval_in_use", inval_in_use),
 }, gauges[] = {
     C("pinned_bytes", pinned_bytes), C("pinned_bytes_peak", pinned_bytes_peak),
     C("registrations", registrations), C("registrations_peak", registrations_peak),

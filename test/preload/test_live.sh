@@ -75,7 +75,7 @@ report live_segment_private $?
 $MRC --once --json -d 0 >"$tmp/once.json" 2>"$tmp/once.err"
 r=$?
 for f in requests:48 hits:32 misses:16 entries:16 pinned_in_use:$((1024 * KB)) pinned_idle:$((3072 * KB)) \
-         pinned_waiting:0 command:live_prog answered:True; do
+         pinned_waiting:0 outlived_mrs:0 command:live_prog answered:True; do
     got=$(json_field "$tmp/once.json" "$A" "${f%%:*}")
     [ "$got" = "${f#*:}" ] || { echo "${f%%:*}: $got, expected ${f#*:}" >&2; r=1; }
 done
@@ -85,10 +85,22 @@ report live_once_counts $r
 $MRC --once --sort pid -d 0.2 >"$tmp/once.txt"
 r=$?
 head -1 "$tmp/once.txt" | grep -q 'PID.*COMMAND.*REQ/s.*HIT%.*INUSE.*IDLE.*WAITING.*ENTRIES' || r=1
-awk -v p="$A" '$1 == p && $2 == "live_prog" && $(NF-3) == "1.0M" && $(NF-2) == "3.0M" && $NF == 16 {f = 1} END {exit !f}' \
+awk -v p="$A" '$1 == p && $2 == "live_prog" && $(NF-4) == "1.0M" && $(NF-3) == "3.0M" && $(NF-1) == 16 && $NF == 0 {f = 1} END {exit !f}' \
     "$tmp/once.txt" || r=1
 [ $r -ne 0 ] && cat "$tmp/once.txt" >&2
 report live_once_text $r
+
+# --- MRs that outlived their memory: the 4 the program holds, its memory unmapped --------
+start o outlive
+O=$PID
+r=0
+$MRC --once --json -d 0 >"$tmp/outlive.json" 2>/dev/null || r=1
+got=$(json_field "$tmp/outlive.json" "$O" outlived_mrs)
+[ "$got" = 4 ] || { echo "outlived_mrs: $got, expected 4" >&2; r=1; }
+[ "$(grep -c 'outlived its memory' "$tmp/o.err")" = 1 ] || { cat "$tmp/o.err" >&2; r=1; }
+$MRC --once --prometheus -d 0 2>/dev/null | grep -q "^mrcache_outlived_mrs_total{.*pid=\"$O\"} 4$" || r=1
+report live_outlived_mrs $r
+kill "$O" 2>/dev/null
 
 # --- Labels: the batch job and ranks a process started with; Prometheus' format ---------
 SLURM_JOB_ID=job$$ OMPI_COMM_WORLD_RANK=5 OMPI_COMM_WORLD_LOCAL_RANK=1 start j sleep

@@ -369,4 +369,19 @@ else
     skip report_png_plots "python3-matplotlib not installed (scripts/install-deps.sh installs it)"
     skip report_plots_fitted_log_and_many_ranks "python3-matplotlib not installed (scripts/install-deps.sh installs it)"
 fi
+# 6. MRs that outlived their memory: mrcache-report adds them up apart from the causes of
+# invalidation and names the ranks that had them.
+mkdir -p "$tmp/inuse"
+python3 "$HERE/synth_ranks.py" 3 "$tmp/inuse" 5 && python3 - "$tmp/inuse" <<'PY'
+import json, os, sys
+for r, n in ((0, 0), (1, 2), (2, 1)):
+    p = os.path.join(sys.argv[1], "s.%d.json" % r)
+    d = json.load(open(p))
+    d["counters"]["inval_in_use"] = n
+    json.dump(d, open(p, "w"))
+PY
+python3 "$REPORT" --json "$tmp/inuse.json" --no-plots "$tmp"/inuse/*.json >"$tmp/inuse.txt" &&
+    python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["total"]; assert t["in_use"] == 3 and "in_use" not in t["invalidations"], t' "$tmp/inuse.json" &&
+    grep -q '^MRs that outlived their memory .*: 3, by rank: 1 (2), 2 (1)$' "$tmp/inuse.txt"
+report report_mrs_that_outlived_their_memory $?
 exit 0
