@@ -399,6 +399,14 @@ MRC_HOT static void settle_locked(struct mrc_cache *c)
     __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);
 }
 
+void mrc_cache_settle(struct mrc_cache *c)
+{
+    stats_ready();
+    pthread_mutex_lock(&c->lock);
+    settle_locked(c);
+    pthread_mutex_unlock(&c->lock);
+}
+
 /* ---- removal, deregistration ---- */
 
 /* Takes e out of the tree (or the young set) and the LRU (under the lock). The caller
@@ -836,14 +844,6 @@ static int get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64
     pthread_mutex_unlock(&c->lock);
     *out = e;
     return 0;
-}
-
-void mrc_cache_settle(struct mrc_cache *c)
-{
-    stats_ready();
-    pthread_mutex_lock(&c->lock);
-    settle_locked(c);
-    pthread_mutex_unlock(&c->lock);
 }
 
 MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
