@@ -145,8 +145,10 @@ void mrc_rt_inuse_held(const struct mrc_verbs_held *h, const struct mrc_inuse_re
 {
     (void)arg;
     const char *obj = object_of(h->caller);
-    if (obj && own_cache(obj))
+    if (obj && own_cache(obj)) {
+        mrc_stat_add(MRC_STAT_INVAL_IN_USE_LIB, 1);
         return;
+    }
     mrc_stat_add(MRC_STAT_INVAL_IN_USE, 1);
     if (!first_from(h->caller) || mrc_log_level < MRC_LOG_WARN)
         return;

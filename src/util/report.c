@@ -171,6 +171,10 @@ static void write_text(struct buf *b, const struct mrc_report *r)
         put(b, "  MRs that outlived their memory %llu: still registered when it was unmapped or replaced "
                "(RDMA through them reaches the old pages)\n",
             (unsigned long long)v[MRC_STAT_INVAL_IN_USE]);
+    if (v[MRC_STAT_INVAL_IN_USE_LIB])
+        put(b, "  MRs of libraries' own caches (UCX, libfabric) over memory that changed %llu: released lazily "
+               "by them, not reported\n",
+            (unsigned long long)v[MRC_STAT_INVAL_IN_USE_LIB]);
     if (v[MRC_STAT_UFFD_EVENTS] || v[MRC_STAT_UFFD_UNWATCHED] || v[MRC_STAT_UFFD_FAULTS])
         put(b, "  userfaultfd: %llu events, %llu entries caught that other sources missed, %llu faults answered, %llu registrations unwatched\n",
             (unsigned long long)v[MRC_STAT_UFFD_EVENTS], (unsigned long long)v[MRC_STAT_UFFD_CAUGHT],

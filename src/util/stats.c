@@ -57,6 +57,7 @@ const char *const mrc_stat_names[MRC_STAT_LAST] = {
     [MRC_STAT_POPULATED] = "populated_bytes",
     [MRC_STAT_PREPARE_NS] = "prepare_ns",
     [MRC_STAT_INVAL_IN_USE] = "inval_in_use",
+    [MRC_STAT_INVAL_IN_USE_LIB] = "inval_in_use_lib_cache",
     [MRC_STAT_INVALIDATED] = "invalidated",
     [MRC_STAT_INVAL_BASE + MRC_INVAL_MUNMAP] = "inval_munmap",
     [MRC_STAT_INVAL_BASE + MRC_INVAL_MREMAP] = "inval_mremap",

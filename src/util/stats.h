@@ -71,6 +71,7 @@ enum mrc_stat {
     MRC_STAT_POPULATED,       /* bytes populated in parallel before a pin (MRCACHE_POPULATE) */
     MRC_STAT_PREPARE_NS,      /* time spent on advice, collapse and populating before pins */
     MRC_STAT_INVAL_IN_USE,    /* the program's MRs found registered over memory that changed */
+    MRC_STAT_INVAL_IN_USE_LIB, /* ... of them, a self-monitoring library cache's: not reported */
     MRC_STAT_INVALIDATED,     /* entries invalidated, all causes */
     MRC_STAT_INVAL_BASE,
     MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_INVAL_LAST

@@ -595,6 +595,19 @@ mpi_job() {
             else
                 notok "${name}_rank${r}_cache_hits" "rank $r's statistics show no cache hits (${hits:-none})"
             fi
+            # UCX deregisters what it registers before the memory goes, or (its own
+            # cache on) releases it lazily behind its own monitor: no MR of the job
+            # outlives its memory. With its cache on, the check means something only if
+            # UCX held an MR over memory that changed (counted apart).
+            inuse=$(json_counter "$f" inval_in_use) lib=$(json_counter "$f" inval_in_use_lib_cache)
+            echo "# $name rank $r: MRs that outlived their memory ${inuse:-?}, of UCX's cache ${lib:-?}"
+            if [ "$name" = mpi_preload_ucx_rcache ] && [ "${lib:-0}" -eq 0 ]; then
+                echo "ok - ${name}_rank${r}_no_outlived_mrs # SKIP UCX's cache held no MR over memory that changed"
+            elif [ "${inuse:-x}" = 0 ]; then
+                ok "${name}_rank${r}_no_outlived_mrs"
+            else
+                notok "${name}_rank${r}_no_outlived_mrs" "rank $r reports ${inuse:-no count of} MRs that outlived their memory"
+            fi
         done
     else
         # The reference run really ran without the cache: both ranks say so.
@@ -644,12 +657,15 @@ mpi() {
     mpi_job mpi_preload_ucm_reloc pre reuse=fresh,free_malloc=fresh,remap=fresh UCX_MEM_MMAP_HOOK_MODE=reloc
     # (5) Every hit checked against /proc/self/pagemap.
     mpi_job mpi_preload_verify pre reuse=fresh,free_malloc=fresh,remap=fresh MRCACHE_VERIFY=1
+    # (6) UCX's own registration cache on, beside ours: its MRs are released lazily, after
+    #     their memory went, and never reported.
+    mpi_job mpi_preload_ucx_rcache pre reuse=fresh,free_malloc=fresh,remap=fresh UCX_IB_REG_METHODS=rcache
     m1=$(uptime_s)
     : >"$OUT/mem.stop"
     wait "$mpid"
     unset OMPI_MCA_plm
     read -r lo hi <"$OUT/mem" 2>/dev/null
-    echo "# mpi: 5 jobs in $(awk "BEGIN { printf \"%.1f\", $m1 - $m0 }") s; guest memory $(awk '/^MemTotal/ { print int($2 / 1024) }' /proc/meminfo) MiB," \
+    echo "# mpi: 6 jobs in $(awk "BEGIN { printf \"%.1f\", $m1 - $m0 }") s; guest memory $(awk '/^MemTotal/ { print int($2 / 1024) }' /proc/meminfo) MiB," \
         "lowest available $((${lo:-0} / 1024)) MiB, mpirun + ranks resident at most $((${hi:-0} / 1024)) MiB"
 }
 
