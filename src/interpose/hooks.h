@@ -21,6 +21,8 @@
 struct ibv_pd;
 struct ibv_mr;
 struct ibv_context;
+struct ibv_qp;
+struct ibv_qp_ex;
 
 #define MRC_OWN_DECL_NOGUARD(ret, id, params)
 #define MRC_OWN_DECL_GUARD(ret, id, params) ret mrc_own_##id params;

@@ -20,6 +20,7 @@
 #include "monitor/glibc_heap.h"
 #include "monitor/maps.h"
 #include "monitor/uffd.h"
+#include "runtime/audit.h"
 #include "runtime/helper.h"
 #include "runtime/live.h"
 #include "runtime/route.h"
@@ -121,6 +122,7 @@ static void fork_child(void)
     mrc_callsite_child_reset();
     mrc_thread_child_reset();
     mrc_rt_inuse_child();
+    mrc_rt_audit_child();
     __atomic_store_n(mrc_rt_mark, 1u, __ATOMIC_RELEASE);
 }
 

@@ -25,6 +25,7 @@
 #include "monitor/patch.h"
 #include "monitor/uffd.h"
 #include "monitor/unmap.h"
+#include "runtime/audit.h"
 #include "runtime/helper.h"
 #include "runtime/live.h"
 #include "runtime/route.h"
@@ -337,6 +338,7 @@ static void activate(void)
         .held = mrc_rt_inuse_held,
     };
     mrc_verbs_init(&mrc_rt.verbs, &vp);
+    mrc_rt_audit_init(mrc_rt.cfg.audit);
     prepare_init(&mrc_rt.cfg);
     sources_install();
     mrc_callsite_init(mrc_rt.cfg.callsites, mrc_rt.cfg.callsite_sample);

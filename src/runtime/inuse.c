@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/audit.h"
 #include "runtime/helper.h"
 #include "runtime/runtime.h"
 #include "runtime/state.h"
@@ -144,6 +145,8 @@ static void say_stack(const char *what, const uint64_t *ips, int n)
 void mrc_rt_inuse_held(const struct mrc_verbs_held *h, const struct mrc_inuse_rec *rec, void *arg)
 {
     (void)arg;
+    if (__atomic_load_n(&mrc_rt_audit_on, __ATOMIC_RELAXED))
+        mrc_rt_audit_changed(h->mr, rec->first, rec->last, (int)rec->cause);
     const char *obj = object_of(h->caller);
     if (obj && own_cache(obj)) {
         mrc_stat_add(MRC_STAT_INVAL_IN_USE_LIB, 1);

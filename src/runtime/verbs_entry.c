@@ -9,6 +9,7 @@
 #include <infiniband/verbs.h>
 
 #include "backend/verbs_ops.h"
+#include "runtime/audit.h"
 #include "runtime/runtime.h"
 #include "runtime/state.h"
 #include "util/dumpsig.h"
@@ -19,8 +20,7 @@
 /* Everything but a cacheable registration on a ready cache in use: passes through or
  * starts what the first one needs. Out of line, so that the usual call's gate needs no
  * stack frame of its own. */
-static __attribute__((noinline, cold)) struct ibv_mr *reg_gated(struct ibv_pd *pd, void *addr, size_t len,
-                                                                 uint64_t iova, unsigned int access)
+static struct ibv_mr *reg_route(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access)
 {
     if (mrc_real_verbs()) {
         errno = ENOSYS;
@@ -47,6 +47,15 @@ static __attribute__((noinline, cold)) struct ibv_mr *reg_gated(struct ibv_pd *p
     return mrc_verbs_reg_mr(&mrc_rt.verbs, pd, addr, len, iova, access);
 }
 
+static __attribute__((noinline, cold)) struct ibv_mr *reg_gated(struct ibv_pd *pd, void *addr, size_t len,
+                                                                 uint64_t iova, unsigned int access)
+{
+    struct ibv_mr *mr = reg_route(pd, addr, len, iova, access);
+    if (mr && __atomic_load_n(&mrc_rt_audit_on, __ATOMIC_ACQUIRE) && !mrc_verbs_in_reg())
+        mrc_rt_audit_reg(mr);
+    return mr;
+}
+
 MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access,
                                      const void *caller)
 {
@@ -55,7 +64,8 @@ MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, 
                              __atomic_load_n(&mrc_rt.cfg.enable, __ATOMIC_RELAXED) && !mrc_verbs_in_reg() &&
                              *__atomic_load_n(&mrc_rt_mark, __ATOMIC_RELAXED) && pd && addr && len &&
                              mrc_verbs_cacheable(access) && __atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED) &&
-                             !__atomic_load_n(&mrc_dumpsig_flag, __ATOMIC_RELAXED) && !mrc_rt_ns_any(),
+                             !__atomic_load_n(&mrc_dumpsig_flag, __ATOMIC_RELAXED) && !mrc_rt_ns_any() &&
+                             !__atomic_load_n(&mrc_rt_audit_on, __ATOMIC_RELAXED),
                          1))
         return mrc_verbs_reg_mr(&mrc_rt.verbs, pd, addr, len, iova, access);
     return reg_gated(pd, addr, len, iova, access);
@@ -68,10 +78,13 @@ struct ibv_mr *mrc_rt_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t l
         errno = EOPNOTSUPP;
         return NULL;
     }
-    return mrc_verbs_reg_dmabuf_mr(pd, offset, len, iova, fd, access, mrc_ready());
+    struct ibv_mr *mr = mrc_verbs_reg_dmabuf_mr(pd, offset, len, iova, fd, access, mrc_ready());
+    if (mr && __atomic_load_n(&mrc_rt_audit_on, __ATOMIC_ACQUIRE))
+        mrc_rt_audit_reg(mr);
+    return mr;
 }
 
-static __attribute__((noinline, cold)) int dereg_gated(struct ibv_mr *mr)
+static int dereg_route(struct ibv_mr *mr)
 {
     if (!mr)
         return EINVAL;
@@ -84,11 +97,23 @@ static __attribute__((noinline, cold)) int dereg_gated(struct ibv_mr *mr)
     return mrc_verbs_dereg_mr(&mrc_rt.verbs, mr);
 }
 
+static __attribute__((noinline, cold)) int dereg_gated(struct ibv_mr *mr)
+{
+    if (!mr || !__atomic_load_n(&mrc_rt_audit_on, __ATOMIC_ACQUIRE))
+        return dereg_route(mr);
+    uint32_t lkey = mr->lkey;   /* the handle may be reused once it is gone */
+    int rc = dereg_route(mr);
+    if (!rc)
+        mrc_rt_audit_dereg(mr, lkey);
+    return rc;
+}
+
 MRC_HOT int mrc_rt_dereg_mr(struct ibv_mr *mr)
 {
     if (__builtin_expect(mr && __atomic_load_n(&mrc_real_verbs_ready, __ATOMIC_ACQUIRE) && mrc_ready() &&
                              *__atomic_load_n(&mrc_rt_mark, __ATOMIC_RELAXED) &&
-                             !__atomic_load_n(&mrc_dumpsig_flag, __ATOMIC_RELAXED),
+                             !__atomic_load_n(&mrc_dumpsig_flag, __ATOMIC_RELAXED) &&
+                             !__atomic_load_n(&mrc_rt_audit_on, __ATOMIC_RELAXED),
                          1))
         return mrc_verbs_dereg_mr(&mrc_rt.verbs, mr);
     return dereg_gated(mr);
@@ -102,7 +127,14 @@ int mrc_rt_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
     }
     if (mrc_ready())
         mrc_rt_fork_check();
-    return mrc_verbs_rereg_mr(mrc_ready() ? &mrc_rt.verbs : NULL, mr, flags, pd, addr, len, access);
+    uint32_t lkey = mr ? mr->lkey : 0;
+    int rc = mrc_verbs_rereg_mr(mrc_ready() ? &mrc_rt.verbs : NULL, mr, flags, pd, addr, len, access);
+    /* Changed or not, the MR is what it says now (a failed rereg may have changed it). */
+    if (mr && __atomic_load_n(&mrc_rt_audit_on, __ATOMIC_ACQUIRE)) {
+        mrc_rt_audit_dereg(mr, lkey);
+        mrc_rt_audit_reg(mr);
+    }
+    return rc;
 }
 
 int mrc_rt_dealloc_pd(struct ibv_pd *pd)
@@ -124,5 +156,7 @@ int mrc_rt_close_device(struct ibv_context *ctx)
         mrc_rt_fork_check();
         mrc_verbs_flush_context(&mrc_rt.verbs, ctx);
     }
+    if (__atomic_load_n(&mrc_rt_audit_on, __ATOMIC_ACQUIRE))
+        mrc_rt_audit_forget_context(ctx);
     return mrc_real.close_device(ctx);
 }

@@ -136,6 +136,12 @@ static int parse_odp(const char *s, void *f)
     return parse_word(s, names, 3, f);
 }
 
+static int parse_audit(const char *s, void *f)
+{
+    static const char *const names[] = { "off", "warn", "abort" };   /* enum mrc_cfg_audit */
+    return parse_word(s, names, 3, f);
+}
+
 static int parse_huge(const char *s, void *f)
 {
     static const char *const names[] = { "off", "advise", "collapse" };   /* enum mrc_cfg_huge */
@@ -335,6 +341,8 @@ static const struct mrc_config_row rows[] = {
         parse_size_or_off, populate),
     ROW("MRCACHE_POPULATE_THREADS", "auto", "threads that populate, the registering one included: auto (the online CPUs, at most 8) or a number (1: the pin faults pages in alone)",
         parse_size_or_auto, populate_threads),
+    ROW("MRCACHE_AUDIT", "off", "every work request the program posts is checked: each scatter/gather entry's lkey and range against the MRs the program holds and the memory changes since each was made; off, warn (one line per MR and kind of fault, then counted in audit_faults) or abort (a core dump at the first)",
+        parse_audit, audit),
     ROW("MRCACHE_HELP", "0", "1 prints this table at start-up", parse_bool, help),
 };
 
@@ -360,6 +368,7 @@ static const char *expected(mrc_parse_fn parse)
         { parse_large, "1/N or a size" },
         { parse_odp, "off, fallback or implicit" },
         { parse_huge, "off, advise or collapse" },
+        { parse_audit, "off, warn or abort" },
         { parse_size_or_off, "off or a size" },
     };
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)

@@ -11,6 +11,7 @@ enum mrc_cfg_remote { MRC_CFG_REMOTE_EXACT, MRC_CFG_REMOTE_NEVER };
 enum mrc_cfg_shared { MRC_CFG_SHARED_REGISTER, MRC_CFG_SHARED_CACHE };
 enum mrc_cfg_odp { MRC_CFG_ODP_OFF, MRC_CFG_ODP_FALLBACK, MRC_CFG_ODP_IMPLICIT };
 enum mrc_cfg_huge { MRC_CFG_HUGE_OFF, MRC_CFG_HUGE_ADVISE, MRC_CFG_HUGE_COLLAPSE };
+enum mrc_cfg_audit { MRC_CFG_AUDIT_OFF, MRC_CFG_AUDIT_WARN, MRC_CFG_AUDIT_ABORT };
 
 struct mrc_config {
     int enable;                 /* 0: every call passes straight through */
@@ -43,6 +44,7 @@ struct mrc_config {
     uint64_t large;             /* MRCACHE_LARGE: a size, or MRC_LARGE_FRACTION | N for 1/N
                                  * of max_bytes (mrc_config_large_bytes) */
     uint64_t dump_mrs;          /* the dump lists this many of the largest cached MRs */
+    int audit;                  /* enum mrc_cfg_audit: posted work requests checked */
 };
 
 #define MRC_LARGE_FRACTION (UINT64_C(1) << 63)

@@ -182,6 +182,9 @@
       PLT_NO)                                                                                               \
     F(ibv_close_device, close_device, int, (struct ibv_context *), VERBS("IBVERBS_1.1", REQUIRED), ENTRY,   \
       NOGUARD, PLT_NO)                                                                                      \
+    /* Only called, not interposed: MRCACHE_AUDIT's view of an extended QP's builders. */                  \
+    F(ibv_qp_to_qp_ex, qp_to_qp_ex, struct ibv_qp_ex *, (struct ibv_qp *), VERBS("IBVERBS_1.6", OPTIONAL),  \
+      NOPATCH, NOGUARD, PLT_NO)                                                                             \
     /* Only called, not interposed: enum ibv_fork_status; absent before rdma-core 35. */                    \
     F(ibv_is_fork_initialized, is_fork_initialized, int, (void), VERBS("IBVERBS_1.13", OPTIONAL), NOPATCH,  \
       NOGUARD, PLT_NO)

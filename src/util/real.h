@@ -18,6 +18,8 @@ struct iovec;
 struct ibv_pd;
 struct ibv_mr;
 struct ibv_context;
+struct ibv_qp;
+struct ibv_qp_ex;
 
 /* A pointer for each row that has a next definition (interposed.h), in the table's order. */
 #define MRC_REAL_FIELD_LIBC(decl) decl;

@@ -171,6 +171,9 @@ static void write_text(struct buf *b, const struct mrc_report *r)
         put(b, "  MRs that outlived their memory %llu: still registered when it was unmapped or replaced "
                "(RDMA through them reaches the old pages)\n",
             (unsigned long long)v[MRC_STAT_INVAL_IN_USE]);
+    if (v[MRC_STAT_AUDIT_CHECKS])
+        put(b, "  audit (MRCACHE_AUDIT): %llu scatter/gather entries of posted work requests checked, %llu FAULTS\n",
+            (unsigned long long)v[MRC_STAT_AUDIT_CHECKS], (unsigned long long)v[MRC_STAT_AUDIT_FAULTS]);
     if (v[MRC_STAT_INVAL_IN_USE_LIB])
         put(b, "  MRs of libraries' own caches (UCX, libfabric) over memory that changed %llu: released lazily "
                "by them, not reported\n",

@@ -72,6 +72,8 @@ enum mrc_stat {
     MRC_STAT_PREPARE_NS,      /* time spent on advice, collapse and populating before pins */
     MRC_STAT_INVAL_IN_USE,    /* the program's MRs found registered over memory that changed */
     MRC_STAT_INVAL_IN_USE_LIB, /* ... of them, a self-monitoring library cache's: not reported */
+    MRC_STAT_AUDIT_CHECKS,    /* scatter/gather entries of posted work requests checked (MRCACHE_AUDIT) */
+    MRC_STAT_AUDIT_FAULTS,    /* ... that no MR of the program covers with its memory unchanged */
     MRC_STAT_INVALIDATED,     /* entries invalidated, all causes */
     MRC_STAT_INVAL_BASE,
     MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_INVAL_LAST

@@ -195,7 +195,7 @@ static void held_check(struct mrc_verbs *v, struct mrc_handle *h, const struct m
     if (last < rec->first || first > rec->last || __atomic_exchange_n(&h->reported, 1u, __ATOMIC_RELAXED))
         return;
     struct mrc_verbs_held held = {
-        .addr = first, .len = h->mr.length, .lkey = h->mr.lkey, .rkey = h->mr.rkey,
+        .mr = &h->mr, .addr = first, .len = h->mr.length, .lkey = h->mr.lkey, .rkey = h->mr.rkey,
         .access = h->access, .caller = h->caller, .site = h->leak.site,
     };
     v->held(&held, rec, v->held_arg);

@@ -18,6 +18,7 @@ struct mrc_callsite;
 
 /* A handle that held memory an invalidation changed, as the held callback is told it. */
 struct mrc_verbs_held {
+    const struct ibv_mr *mr;     /* the handle, as the program holds it */
     uint64_t addr, len;          /* the handle's own range, as registered */
     uint32_t lkey, rkey, access;
     const void *caller;          /* the registration's return address (NULL: unknown) */
