@@ -209,7 +209,7 @@ help:
 	    '  bench-compare  bench'"'"'s table alone (no cache, libmrcache, UCX), without its parts' \
 	    '  bench-deps     install UCX'"'"'s headers for bench (scripts/install-deps.sh --bench)' \
 	    '  bench-ladder   the miss workload with ever less of the miss path, beside UCX' \
-	    '  cache-bench, itree-bench, uffd-bench, idle-bench, verify-bench' \
+	    '  cache-bench, itree-bench, uffd-bench, idle-bench, audit-bench, verify-bench' \
 	    '                 one part each (bench runs all but verify-bench)' \
 	    '  vm-test        the Soft-RoCE tests in a qemu VM' \
 	    '  vm-progs       build the VM'"'"'s test programs only, without the VM' \

@@ -37,3 +37,18 @@ idle-bench: $(LIB)
 	@test/bench/idle.sh $(abspath $(LIB))
 bench: idle-bench
 .PHONY: idle-bench
+
+# What MRCACHE_AUDIT=warn costs a post (bench_audit over the software NIC's loopback QPs):
+# five alternated pairs of processes, off then warn, each the median of its rounds.
+$(BUILD)/test/bench_audit: test/bench/bench_audit.c test/lib/common.h test/lib/rdma_loop.h $(SNIC_DEPS)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Itest/lib $< -o $@ $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
+audit-bench: $(LIB) $(BUILD)/test/bench_audit
+	@for i in 1 2 3 4 5; do \
+	    off=$$($(BENCH_PRELOAD) $(BUILD)/test/bench_audit | awk '{print $$2}'); \
+	    on=$$($(BENCH_PRELOAD) MRCACHE_AUDIT=warn $(BUILD)/test/bench_audit | awk '{print $$2}'); \
+	    echo "audit: post $$off ns off, $$on ns warn" | tee -a $(BUILD)/audit-bench.txt; done; \
+	    awk '{o[NR] = $$3; w[NR] = $$6} END {n = asort(o); asort(w); printf "audit: median %d ns off, %d ns warn: %.2fx\n", o[int((n + 1) / 2)], w[int((n + 1) / 2)], w[int((n + 1) / 2)] / o[int((n + 1) / 2)]}' \
+	    $(BUILD)/audit-bench.txt; rm -f $(BUILD)/audit-bench.txt
+bench: audit-bench
+.PHONY: audit-bench

@@ -71,3 +71,7 @@ TEST_CMDS += "test/preload/test_odp.sh $(BUILD) '$(PRELOAD_PREFIX)'"
 TEST_BINS += $(BUILD)/test/test_inuse
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off $(BUILD)/test/test_inuse"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_REMOTE=never REMOTE=1 $(BUILD)/test/test_inuse"
+# MRCACHE_AUDIT over the software NIC's loopback QPs, and its control with audit off.
+TEST_BINS += $(BUILD)/test/test_audit
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_AUDIT=warn $(BUILD)/test/test_audit"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off AUDIT_OFF=1 $(BUILD)/test/test_audit"

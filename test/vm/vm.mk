@@ -32,6 +32,7 @@ VM_PRELOAD_TESTS ?= $(VM_PBIN)/test_unmap_paths \
                     $(VM_PBIN)/test_unmap_paths:MRCACHE_MONITOR=none,EXPECT_STALE=1 \
                     $(VM_PBIN)/test_verbs \
                     $(VM_PBIN)/test_inuse \
+                    $(VM_PBIN)/test_audit:MRCACHE_AUDIT=warn \
                     $(VM_PBIN)/test_handle_verbs \
                     $(VM_PBIN)/test_handle_verbs:MRCACHE_MONITOR=patch+preload+uffd \
                     $(VM_PBIN)/test_route:EXPECT_ROUTE=1 \
