@@ -188,8 +188,9 @@ struct ibv_mr *mrc_verbs_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_
  * yet: then told, once. */
 static void held_check(struct mrc_verbs *v, struct mrc_handle *h, const struct mrc_inuse_rec *rec, int owned)
 {
+    /* An MR served on demand follows the mapping: it cannot outlive its memory. */
     if ((!owned && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE) || h->fork_gen != *v->fork_gen ||
-        !h->entry || __atomic_load_n(&h->reported, __ATOMIC_RELAXED) || h->mark > rec->seq)
+        !h->entry || h->entry->unpinned || __atomic_load_n(&h->reported, __ATOMIC_RELAXED) || h->mark > rec->seq)
         return;
     uint64_t first = (uintptr_t)h->mr.addr, last = first + h->mr.length - 1;
     if (last < rec->first || first > rec->last || __atomic_exchange_n(&h->reported, 1u, __ATOMIC_RELAXED))

@@ -33,6 +33,9 @@ VM_PRELOAD_TESTS ?= $(VM_PBIN)/test_unmap_paths \
                     $(VM_PBIN)/test_verbs \
                     $(VM_PBIN)/test_inuse \
                     $(VM_PBIN)/test_audit:MRCACHE_AUDIT=warn \
+                    $(VM_PBIN)/test_odp_real \
+                    $(VM_PBIN)/test_odp_real:MRCACHE_ODP=fallback \
+                    $(VM_PBIN)/test_odp_real:MRCACHE_ODP=implicit \
                     $(VM_PBIN)/test_handle_verbs \
                     $(VM_PBIN)/test_handle_verbs:MRCACHE_MONITOR=patch+preload+uffd \
                     $(VM_PBIN)/test_route:EXPECT_ROUTE=1 \
