@@ -423,6 +423,25 @@ regcost() {
         }'
 }
 
+# ------------------------------------------------------------------ on demand against pinned
+# Where rxe has on-demand paging: a registration, the first message into it and the
+# steady message, ODP against pinned, per size, without the preload (the raw costs the
+# choice of MRCACHE_ODP trades); docs/benchmarks.md reads the table.
+odpcost() {
+    "$BIN/vm_odpcost" "$DEV" >"$OUT/odpcost" 2>&1
+    grep -E '^(not )?ok - ' "$OUT/odpcost"
+    grep -qE '^(not )?ok - ' "$OUT/odpcost" || { diag "$OUT/odpcost"; notok odpcost "no result"; return; }
+    awk '$2 == "odpcost" { k[$4, $3] = 1; r[$3, $4] = $5 / 1000; f[$3, $4] = $6 / 1000; s[$3, $4] = $7 / 1000
+                           if (!($4 in seen)) { seen[$4] = 1; order[n++] = $4 } }
+        function human(b) { return b >= 1048576 ? b / 1048576 " MiB" : b / 1024 " KiB" }
+        END { if (!n) exit
+              printf "# %8s %14s %14s %14s %14s %14s %14s\n", "size", "reg pinned", "reg odp", "first pinned", "first odp", "steady pinned", "steady odp"
+              for (i = 0; i < n; i++) { z = order[i]
+                  printf "# %8s %14.1f %14.1f %14.1f %14.1f %14.1f %14.1f\n", human(z), r["pinned", z], r["odp", z],
+                         f["pinned", z], f["odp", z], s["pinned", z], s["odp", z] } }' "$OUT/odpcost"
+    echo "# (us, medians of 7; registration of populated memory pinned, of untouched memory on demand)"
+}
+
 # ------------------------------------------------------------------ end to end
 # make bench's end-to-end workload over rxe: 8 buffers in turn, each message an RDMA
 # WRITE, registering every message against registering each buffer once (alternated in
@@ -731,6 +750,7 @@ group() {
 }
 group stale stale_mr
 group odp odp
+group odpcost odpcost
 group perftest perftest
 group ucx ucx
 group regcost regcost

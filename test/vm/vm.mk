@@ -13,7 +13,8 @@ VM_KERNELS ?= 2
 VM_TIMEOUT ?= 600
 VM_TESTS   ?= all
 VM_BIN     := $(BUILD)/test/vm
-VM_PROGS   := $(VM_BIN)/vm_stale_mr $(VM_BIN)/vm_regcost $(VM_BIN)/vm_e2e $(VM_BIN)/vm_prep $(VM_BIN)/vm_mpi
+VM_PROGS   := $(VM_BIN)/vm_stale_mr $(VM_BIN)/vm_regcost $(VM_BIN)/vm_e2e $(VM_BIN)/vm_prep $(VM_BIN)/vm_mpi \
+              $(VM_BIN)/vm_odpcost
 # mpicc and the Open MPI runtime come from scripts/install-deps.sh --vm.
 VM_DEPS_STAMP := $(BUILD)/.vm-deps-ok
 # The test/preload/ programs built against the system libibverbs: with no software NIC
