@@ -152,24 +152,26 @@ err_close:
     return -1;
 }
 
-/* One signalled RDMA WRITE of len bytes from src (registered in the loop's PD, lkey) to
- * remote_addr in the MR with rkey, waiting up to 10 s for its completion. Returns 0, or
- * the failed completion's status (an ibv_wc_status > 0; the QP is then in the error
- * state and the loop must be reopened), or -1 if nothing completed or posting failed. */
-static inline int rdma_loop_write(struct rdma_loop *l, uint32_t lkey, const void *src,
-                                  uint64_t remote_addr, uint32_t rkey, size_t len)
+/* One signalled RDMA WRITE (or READ) of len bytes between local (registered in the
+ * loop's PD, lkey) and remote_addr in the MR with rkey, waiting up to 10 s for its
+ * completion. Returns 0, or the failed completion's status (an ibv_wc_status > 0; the QP
+ * is then in the error state and the loop must be reopened), or -1 if nothing completed
+ * or posting failed. */
+static inline int rdma_loop_rdma(struct rdma_loop *l, enum ibv_wr_opcode op, uint32_t lkey, const void *local,
+                                 uint64_t remote_addr, uint32_t rkey, size_t len)
 {
-    struct ibv_sge sge = { .addr = (uintptr_t)src, .length = (uint32_t)len, .lkey = lkey };
+    struct ibv_sge sge = { .addr = (uintptr_t)local, .length = (uint32_t)len, .lkey = lkey };
     struct ibv_send_wr wr, *bad;
     struct ibv_wc wc;
     uint64_t deadline = rdma_loop_now_ns() + 10ull * 1000000000u;
+    const char *name = op == IBV_WR_RDMA_READ ? "RDMA READ" : "RDMA WRITE";
     int n, rc;
 
     memset(&wr, 0, sizeof(wr));
     wr.wr_id = 1;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.opcode = op;
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.wr.rdma.remote_addr = remote_addr;
     wr.wr.rdma.rkey = rkey;
@@ -181,14 +183,26 @@ static inline int rdma_loop_write(struct rdma_loop *l, uint32_t lkey, const void
         n = ibv_poll_cq(l->cq, 1, &wc);
     } while (n == 0 && rdma_loop_now_ns() < deadline);
     if (n <= 0) {
-        fprintf(stderr, "no completion for the RDMA WRITE (%d)\n", n);
+        fprintf(stderr, "no completion for the %s (%d)\n", name, n);
         return -1;
     }
     if (wc.status != IBV_WC_SUCCESS) {
-        fprintf(stderr, "RDMA WRITE completed with %s\n", ibv_wc_status_str(wc.status));
+        fprintf(stderr, "%s completed with %s\n", name, ibv_wc_status_str(wc.status));
         return (int)wc.status;
     }
     return 0;
+}
+
+static inline int rdma_loop_write(struct rdma_loop *l, uint32_t lkey, const void *src, uint64_t remote_addr,
+                                  uint32_t rkey, size_t len)
+{
+    return rdma_loop_rdma(l, IBV_WR_RDMA_WRITE, lkey, src, remote_addr, rkey, len);
+}
+
+static inline int rdma_loop_read(struct rdma_loop *l, uint32_t lkey, void *dst, uint64_t remote_addr, uint32_t rkey,
+                                 size_t len)
+{
+    return rdma_loop_rdma(l, IBV_WR_RDMA_READ, lkey, dst, remote_addr, rkey, len);
 }
 
 #endif

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 
 #include "common.h"
+#include "capture.h"
 #include "mrc_counter.h"
 
 #define PG 4096ul
@@ -24,39 +25,6 @@ static struct rdma_loop lp;
 static int audit_off;
 static char *dst;                /* the WRITEs' target, registered for the whole run */
 static struct ibv_mr *dst_mr;
-
-static int saved_err = -1;
-static char said[65536];
-
-static void capture_begin(void)
-{
-    char path[] = "/tmp/mrc_audit_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    unlink(path);
-    fflush(stderr);
-    saved_err = dup(2);
-    dup2(fd, 2);
-    close(fd);
-}
-
-static void capture_end(void)
-{
-    ssize_t n = pread(2, said, sizeof(said) - 1, 0);
-    said[n > 0 ? n : 0] = 0;
-    dup2(saved_err, 2);
-    close(saved_err);
-    if (said[0])
-        fprintf(stderr, "%s", said);
-}
-
-static int count(const char *what)
-{
-    int n = 0;
-    for (const char *p = said; (p = strstr(p, what)); p++)
-        n++;
-    return n;
-}
 
 /* One RDMA WRITE of len bytes from src (lkey) into dst: the completion's status (0). */
 static int write_from(uint32_t lkey, const void *src, size_t len)
@@ -84,7 +52,7 @@ static void test_correct_program_says_nothing(void)
     CHECK(mr && write_from(mr->lkey, src, 4 * PG) == 0 && dst[0] == 7 && dst[4 * PG - 1] == 7);
     CHECK(ibv_dereg_mr(mr) == 0);
     capture_end();
-    CHECKF(count("MRCACHE_AUDIT") == 0, "said: %s", said);
+    CHECKF(capture_count("MRCACHE_AUDIT") == 0, "said: %s", capture_said);
     CHECK(faults() == f0);
     long long c1 = mrc_counter("audit_checks");
     CHECKF(audit_off ? c1 == c0 : c1 > c0, "%lld checks, from %lld", c1, c0);
@@ -108,10 +76,10 @@ static void test_post_after_the_memory_was_replaced(void)
     capture_end();
     CHECKF(dst[0] == 1, "the WRITE moved %d, not the old pages' 1", dst[0]);   /* unchanged: as without audit */
     if (audit_off) {
-        CHECK(count("MRCACHE_AUDIT") == 0 && faults() == f0);
+        CHECK(capture_count("MRCACHE_AUDIT") == 0 && faults() == f0);
     } else {
-        CHECKF(count("MRCACHE_AUDIT") == 1 && count("after it was registered") == 1 && strstr(said, "memory: munmap at"),
-               "said: %s", said);
+        CHECKF(capture_count("MRCACHE_AUDIT") == 1 && capture_count("after it was registered") == 1 && strstr(capture_said, "memory: munmap at"),
+               "said: %s", capture_said);
         CHECK(faults() == f0 + 3);
     }
     CHECK(ibv_dereg_mr(mr) == 0);
@@ -132,8 +100,8 @@ static void test_pool_across_free_and_malloc(void)
     capture_begin();
     CHECK(write_from(mr->lkey, (const void *)at, PG) == 0);
     capture_end();
-    CHECKF(audit_off || (count("MRCACHE_AUDIT") == 1 && count("after it was registered") == 1 && faults() == f0 + 1),
-           "said: %s", said);
+    CHECKF(audit_off || (capture_count("MRCACHE_AUDIT") == 1 && capture_count("after it was registered") == 1 && faults() == f0 + 1),
+           "said: %s", capture_said);
     CHECK(ibv_dereg_mr(mr) == 0);
 }
 
@@ -152,7 +120,7 @@ static void test_lkey_of_a_deregistered_mr(void)
     int rc = write_from(lkey, src, PG);
     capture_end();
     CHECKF(rc == 0, "the cached registration refused the WRITE (%d)", rc);
-    CHECKF(audit_off || (count("no MR of the program has this lkey") == 1 && faults() == f0 + 1), "said: %s", said);
+    CHECKF(audit_off || (capture_count("no MR of the program has this lkey") == 1 && faults() == f0 + 1), "said: %s", capture_said);
     mrcache_flush(NULL, 0);
     munmap(src, 2 * PG);
 }
@@ -170,7 +138,7 @@ static void test_past_the_mr_inside_a_wider_registration(void)
     capture_begin();
     CHECK(write_from(narrow->lkey, src + 4 * PG, PG) == 0);
     capture_end();
-    CHECKF(audit_off || (count("outside its MR") == 1 && faults() == f0 + 1), "said: %s", said);
+    CHECKF(audit_off || (capture_count("outside its MR") == 1 && faults() == f0 + 1), "said: %s", capture_said);
     CHECK(ibv_dereg_mr(narrow) == 0);
     mrcache_flush(NULL, 0);
     munmap(src, 8 * PG);
@@ -190,8 +158,8 @@ static void test_receive_into_a_replaced_buffer(void)
     capture_begin();
     CHECK(ibv_post_recv(lp.qp[1], &wr, &bad) == 0);
     capture_end();
-    CHECKF(audit_off || (count("ibv_post_recv") == 1 && strstr(said, "madvise") && faults() == f0 + 1), "said: %s",
-           said);
+    CHECKF(audit_off || (capture_count("ibv_post_recv") == 1 && strstr(capture_said, "madvise") && faults() == f0 + 1), "capture_said: %s",
+           capture_said);
     /* The posted receive stays on the target QP: a fresh pair for the next tests. */
     rdma_loop_close(&lp);
     CHECK(rdma_loop_open(&lp, pd, test_gid_index()) == 0);
@@ -220,9 +188,9 @@ static void test_own_cache_through_a_handle(void)
         capture_begin();
         CHECK(write_from(mr->lkey, src, PG) == 0);
         capture_end();
-        CHECKF(audit_off || (count("MRCACHE_AUDIT") == 1 && count("after it was registered") == 1 &&
+        CHECKF(audit_off || (capture_count("MRCACHE_AUDIT") == 1 && capture_count("after it was registered") == 1 &&
                              faults() == f0 + 1),
-               "said: %s", said);
+               "said: %s", capture_said);
         CHECK(dereg(mr) == 0);
     }
     munmap(src, 2 * PG);
@@ -267,7 +235,7 @@ static void test_extended_qp_builders(void)
         ibv_wr_abort(qx);
     }
     capture_end();
-    CHECKF(audit_off || (count("ibv_wr_set_sge") == 1 && faults() == f0 + 1), "said: %s", said);
+    CHECKF(audit_off || (capture_count("ibv_wr_set_sge") == 1 && faults() == f0 + 1), "said: %s", capture_said);
     CHECK(ibv_dereg_mr(mr) == 0);
     CHECK(ibv_destroy_qp(qp) == 0);
 }

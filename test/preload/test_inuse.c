@@ -11,43 +11,14 @@
 #include <sys/wait.h>
 
 #include "common.h"
+#include "capture.h"
 #include "mrc_counter.h"
 
 #define PG 4096ul
 
-/* stderr into a file while a test runs, to read what libmrcache said. */
-static int saved_err = -1;
-static char said[65536];
-
-static void capture_begin(void)
-{
-    char path[] = "/tmp/mrc_inuse_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    unlink(path);
-    fflush(stderr);
-    saved_err = dup(2);
-    dup2(fd, 2);
-    close(fd);
-}
-
-/* Ends the capture; said[] holds it. */
-static void capture_end(void)
-{
-    ssize_t n = pread(2, said, sizeof(said) - 1, 0);
-    said[n > 0 ? n : 0] = 0;
-    dup2(saved_err, 2);
-    close(saved_err);
-    if (said[0])
-        fprintf(stderr, "%s", said);   /* still in the test log */
-}
-
 static int reports(void)
 {
-    int n = 0;
-    for (const char *p = said; (p = strstr(p, "outlived its memory")); p++)
-        n++;
-    return n;
+    return capture_count("outlived its memory");
 }
 
 /* Whether a report names this lkey. */
@@ -55,7 +26,7 @@ static int reported_key(uint32_t lkey)
 {
     char k[32];
     snprintf(k, sizeof(k), "lkey %#x ", lkey);
-    return strstr(said, k) != NULL;
+    return strstr(capture_said, k) != NULL;
 }
 
 /* A real device's RDMA WRITE (write_visible) needs remote write. */
@@ -87,7 +58,7 @@ static void test_unmapped_under_a_live_mr(void)
     CHECK(!write_visible(mr, q, PG, 0x42));
     CHECK(ibv_dereg_mr(mr) == 0);
     capture_end();
-    CHECKF(reports() == 1 && reported_key(mr->lkey) && strstr(said, "unmapped (munmap)"), "said: %s", said);
+    CHECKF(reports() == 1 && reported_key(mr->lkey) && strstr(capture_said, "unmapped (munmap)"), "said: %s", capture_said);
     CHECK(mrc_counter("inval_in_use") == n0 + 1);
     munmap(q, 16 * PG);
 }
@@ -110,7 +81,7 @@ static void test_deregistered_first_or_made_after(void)
     CHECK(ibv_dereg_mr(mr) == 0);
     munmap(p, 8 * PG);
     capture_end();
-    CHECKF(reports() == 0, "said: %s", said);
+    CHECKF(reports() == 0, "said: %s", capture_said);
     CHECK(mrc_counter("inval_in_use") == n0);
 }
 
@@ -133,10 +104,10 @@ static void test_only_the_mr_whose_range_changed(void)
         CHECK(write_visible(b, p + 8 * PG, PG, 0x33));   /* b's pages are still the mapped ones */
     CHECK(ibv_dereg_mr(a) == 0 && ibv_dereg_mr(b) == 0);
     capture_end();
-    CHECKF(reports() == 1 && strstr(said, "discarded (madvise)"), "said: %s", said);
+    CHECKF(reports() == 1 && strstr(capture_said, "discarded (madvise)"), "said: %s", capture_said);
     char range[64];
     snprintf(range, sizeof(range), "over [%p, +%lu)", (void *)p, PG);
-    CHECKF(strstr(said, range) != NULL, "want %s in: %s", range, said);
+    CHECKF(strstr(capture_said, range) != NULL, "want %s in: %s", range, capture_said);
     CHECK(mrc_counter("inval_in_use") == n0 + 1);
     munmap(p, 16 * PG);
 }
@@ -156,7 +127,7 @@ static void test_kept_in_a_pool(void)
     long long n1 = mrc_counter("inval_in_use");
     capture_end();
     CHECKF(n1 == n0 + 1 && reports() == 1 && reported_key(mr->lkey), "counted %lld (from %lld); said: %s", n1, n0,
-           said);
+           capture_said);
     CHECK(ibv_dereg_mr(mr) == 0);
 }
 
@@ -179,7 +150,7 @@ static void test_once_per_call_site(void)
     for (int i = 0; i < 3; i++)
         CHECK(ibv_dereg_mr(mrs[i]) == 0);
     capture_end();
-    CHECKF(reports() == 1 && strstr(said, "test_once_per_call_site"), "said: %s", said);
+    CHECKF(reports() == 1 && strstr(capture_said, "test_once_per_call_site"), "said: %s", capture_said);
     CHECK(mrc_counter("inval_in_use") == n0 + 3);
 }
 
@@ -237,7 +208,7 @@ static void test_own_cache_through_a_handle(void)
     munmap(p, 4 * PG);
     CHECK(dereg(mr) == 0);
     capture_end();
-    CHECKF(reports() == 1 && strstr(said, "test_own_cache_through_a_handle"), "said: %s", said);
+    CHECKF(reports() == 1 && strstr(capture_said, "test_own_cache_through_a_handle"), "said: %s", capture_said);
     CHECK(mrc_counter("inval_in_use") == n0 + 1);
     dlclose(h);
 }

@@ -46,29 +46,6 @@ static char *map_fill(void *at, size_t len, int c)
     return p;
 }
 
-/* One RDMA READ of len bytes from [raddr, +len) of rkey into dst (lkey): 0 or the status. */
-static int loop_read(struct rdma_loop *l, uint32_t lkey, void *dst, uint64_t raddr, uint32_t rkey, size_t len)
-{
-    struct ibv_sge sge = { (uintptr_t)dst, (uint32_t)len, lkey };
-    struct ibv_send_wr wr, *bad;
-    memset(&wr, 0, sizeof(wr));
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    if (ibv_post_send(l->qp[0], &wr, &bad))
-        return -1;
-    struct ibv_wc wc;
-    uint64_t deadline = rdma_loop_now_ns() + 10000000000ull;
-    int n;
-    do
-        n = ibv_poll_cq(l->cq, 1, &wc);
-    while (n == 0 && rdma_loop_now_ns() < deadline);
-    return n == 1 ? (int)wc.status : -1;
-}
-
 /* The child: limit lowered, HELD pieces registered, written and read before and after
  * their memory is replaced. Its exit status is its failures' count (0: all held). */
 static int fallback_child(void)
@@ -135,7 +112,7 @@ static int fallback_child(void)
         }
         fresh += w == 0 && !memcmp(p + 100, "fresh", 5);
         p[200] = 'R';
-        int r = loop_read(&l, dmr->lkey, dst, (uintptr_t)p + 200, mr[i]->rkey, 1);
+        int r = rdma_loop_read(&l, dmr->lkey, dst, (uintptr_t)p + 200, mr[i]->rkey, 1);
         read_fresh += r == 0 && dst[0] == 'R';
         if (w > 0 || r > 0) {   /* an error completion: the pair is in the error state */
             rdma_loop_close(&l);
