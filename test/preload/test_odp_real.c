@@ -92,6 +92,19 @@ static int fallback_child(void)
     } else {
         bad += made != HELD || on_demand < HELD / 2;
     }
+    /* Before any change: every MR, pinned or on demand, reaches its memory. */
+    long long before = 0;
+    for (int i = 0; i < HELD; i++) {
+        char *p = area + 2 * i * PIECE;
+        memcpy(src, "early", 5);
+        if (mr[i] && rdma_loop_write(&l, smr->lkey, src, (uintptr_t)p + 50, mr[i]->rkey, 5) == 0 &&
+            !memcmp(p + 50, "early", 5))
+            before++;
+        else if (mr[i])
+            printf("# piece %d before the change: the CPU sees '%.5s' where the WRITE put 'early'\n", i, p + 50);
+    }
+    printf("# before the change: %lld of %d WRITEs reach the memory\n", before, made);
+    bad += before != made;
     /* Replaced, then written and read through each MR: the on-demand ones follow. */
     uint64_t t0 = rdma_loop_now_ns();
     int first = 1;
@@ -111,6 +124,8 @@ static int fallback_child(void)
             first = 0;
         }
         fresh += w == 0 && !memcmp(p + 100, "fresh", 5);
+        if (w == 0 && memcmp(p + 100, "fresh", 5))
+            printf("# piece %d after the change: the CPU sees '%.5s' where the WRITE put 'fresh'\n", i, p + 100);
         p[200] = 'R';
         int r = rdma_loop_read(&l, dmr->lkey, dst, (uintptr_t)p + 200, mr[i]->rkey, 1);
         read_fresh += r == 0 && dst[0] == 'R';
@@ -132,12 +147,43 @@ static int fallback_child(void)
     return bad;
 }
 
+/* Whether a 5-byte RDMA WRITE into an ODP MR of present pages (registered past the cache:
+ * an ODP request is never cached) shows where it was written: 0 where the device's
+ * on-demand paging loses it, with or without libmrcache. */
+static int odp_data_path_works(void)
+{
+    struct rdma_loop l;
+    if (rdma_loop_open(&l, pd, test_gid_index()) != 0)
+        return 0;
+    char *src = map_fill(NULL, 4096, 0), *buf = map_fill(NULL, 4096, 'a');
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *mr = ibv_reg_mr(pd, buf, 4096, RIGHTS | IBV_ACCESS_ON_DEMAND);
+    int works = 0;
+    if (smr && mr) {
+        memcpy(src, "probe", 5);
+        works = rdma_loop_write(&l, smr->lkey, src, (uintptr_t)buf + 50, mr->rkey, 5) == 0 && !memcmp(buf + 50, "probe", 5);
+        if (!works)
+            printf("# an RDMA WRITE of 'probe' into an ODP MR: the CPU sees '%.5s'\n", buf + 50);
+    }
+    if (mr)
+        ibv_dereg_mr(mr);
+    if (smr)
+        ibv_dereg_mr(smr);
+    rdma_loop_close(&l);
+    munmap(src, 4096);
+    munmap(buf, 4096);
+    return works;
+}
+
 static void test_past_the_memlock_limit(void)
 {
     fflush(NULL);
     pid_t pid = fork();
-    if (pid == 0)
-        _exit(fallback_child());
+    if (pid == 0) {
+        int rc = fallback_child();
+        fflush(stdout);
+        _exit(rc);
+    }
     int st = 0;
     CHECK(waitpid(pid, &st, 0) == pid);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's status %#x (exit %d)", st, WEXITSTATUS(st));
@@ -163,6 +209,12 @@ int main(void)
     uint32_t need = IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ;
     if (!(caps.general_caps & IBV_ODP_SUPPORT) || (caps.per_transport_caps.rc_odp_caps & need) != need) {
         check_skip("test_past_the_memlock_limit", "the device has no on-demand paging for RC WRITE and READ");
+        return 0;
+    }
+    if (!odp_data_path_works()) {
+        /* The platform's own failure, shown by vm_odpcost without libmrcache too. */
+        printf("not ok - test_past_the_memlock_limit # TODO %s's on-demand paging loses RDMA WRITEs into ODP MRs, "
+               "without libmrcache too\n", ibv_get_device_name(ctx->device));
         return 0;
     }
     RUN(test_past_the_memlock_limit);

@@ -431,6 +431,7 @@ odpcost() {
     "$BIN/vm_odpcost" "$DEV" >"$OUT/odpcost" 2>&1
     grep -E '^(not )?ok - ' "$OUT/odpcost"
     grep -qE '^(not )?ok - ' "$OUT/odpcost" || { diag "$OUT/odpcost"; notok odpcost "no result"; return; }
+    grep 'first WRITE completed' "$OUT/odpcost" | head -n 4
     awk '$2 == "odpcost" { k[$4, $3] = 1; r[$3, $4] = $5 / 1000; f[$3, $4] = $6 / 1000; s[$3, $4] = $7 / 1000
                            if (!($4 in seen)) { seen[$4] = 1; order[n++] = $4 } }
         function human(b) { return b >= 1048576 ? b / 1048576 " MiB" : b / 1024 " KiB" }
