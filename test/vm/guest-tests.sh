@@ -630,6 +630,16 @@ mpi_job() {
             else
                 notok "${name}_rank${r}_no_outlived_mrs" "rank $r reports ${inuse:-no count of} MRs that outlived their memory"
             fi
+            # Under MRCACHE_AUDIT, UCX's posts check out: none through memory that changed.
+            checks=$(json_counter "$f" audit_checks) faults=$(json_counter "$f" audit_faults)
+            if [ "${checks:-0}" -gt 0 ]; then
+                echo "# $name rank $r: audit checked ${checks} entries, ${faults:-?} faults"
+                if [ "${faults:-x}" = 0 ]; then
+                    ok "${name}_rank${r}_audit_clean"
+                else
+                    notok "${name}_rank${r}_audit_clean" "MRCACHE_AUDIT found ${faults:-no count of} faults in UCX's posts"
+                fi
+            fi
         done
     else
         # The reference run really ran without the cache: both ranks say so.
@@ -680,8 +690,9 @@ mpi() {
     # (5) Every hit checked against /proc/self/pagemap.
     mpi_job mpi_preload_verify pre reuse=fresh,free_malloc=fresh,remap=fresh MRCACHE_VERIFY=1
     # (6) UCX's own registration cache on, beside ours: its MRs are released lazily, after
-    #     their memory went, and never reported.
-    mpi_job mpi_preload_ucx_rcache pre reuse=fresh,free_malloc=fresh,remap=fresh UCX_IB_REG_METHODS=rcache
+    #     their memory went, and never reported; every post of it audited.
+    mpi_job mpi_preload_ucx_rcache pre reuse=fresh,free_malloc=fresh,remap=fresh UCX_IB_REG_METHODS=rcache \
+        MRCACHE_AUDIT=warn
     m1=$(uptime_s)
     : >"$OUT/mem.stop"
     wait "$mpid"

@@ -34,6 +34,7 @@ VM_PRELOAD_TESTS ?= $(VM_PBIN)/test_unmap_paths \
                     $(VM_PBIN)/test_verbs \
                     $(VM_PBIN)/test_inuse \
                     $(VM_PBIN)/test_audit:MRCACHE_AUDIT=warn \
+                    $(VM_PBIN)/test_wild_advice \
                     $(VM_PBIN)/test_odp_real \
                     $(VM_PBIN)/test_odp_real:MRCACHE_ODP=fallback \
                     $(VM_PBIN)/test_odp_real:MRCACHE_ODP=implicit \
