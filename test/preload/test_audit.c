@@ -97,6 +97,12 @@ static void test_pool_across_free_and_malloc(void)
     CHECK(mr);
     volatile uintptr_t at = (uintptr_t)a;   /* the address the MR was made for; the memory goes */
     free(a);
+    unsigned char vec;
+    if (mincore((void *)at, 4096, &vec) == 0) {
+        SKIP_TEST("the allocator kept the freed chunk mapped (a sanitizer's quarantine)");
+        CHECK(ibv_dereg_mr(mr) == 0);
+        return;
+    }
     capture_begin();
     CHECK(write_from(mr->lkey, (const void *)at, PG) == 0);
     capture_end();

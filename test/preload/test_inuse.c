@@ -122,10 +122,17 @@ static void test_kept_in_a_pool(void)
     memset(chunk, 3, 4u << 20);
     struct ibv_mr *mr = ibv_reg_mr(pd, chunk, 1u << 20, access_of_run());
     CHECK(mr);
+    volatile uintptr_t at = (uintptr_t)chunk;
     capture_begin();
     free(chunk);
     long long n1 = mrc_counter("inval_in_use");
     capture_end();
+    unsigned char vec;
+    if (mincore((void *)at, 4096, &vec) == 0) {
+        SKIP_TEST("the allocator kept the freed chunk mapped (a sanitizer's quarantine)");
+        CHECK(ibv_dereg_mr(mr) == 0);
+        return;
+    }
     CHECKF(n1 == n0 + 1 && reports() == 1 && reported_key(mr->lkey), "counted %lld (from %lld); said: %s", n1, n0,
            capture_said);
     CHECK(ibv_dereg_mr(mr) == 0);
