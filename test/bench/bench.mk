@@ -17,9 +17,11 @@ bench-deps:
 # The verbs binary reads the NIC's view of its large registrations with the back-end's
 # page scan (row 10).
 $(BENCH_DIR)/bench_verbs: test/bench/bench.c test/bench/sys_verbs.h include/mrcache.h test/snic/snic.h \
-                          test/lib/mrc_counter.h src/backend/pagescan.c src/backend/pagescan.h $(SNIC_DEPS) | bench-deps
+                          test/lib/mrc_counter.h src/backend/pagescan.c src/backend/pagescan.h src/util/sys.c \
+                          $(SNIC_DEPS) | bench-deps
 	@mkdir -p $(@D)
-	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Iinclude -Isrc -Itest/lib -DBENCH_UCX=0 $< src/backend/pagescan.c -o $@ \
+	$(call say,LD,$@)$(CC) $(CFLAGS) $(SNIC_CFLAGS) -Iinclude -Isrc -Itest/lib -DBENCH_UCX=0 $< src/backend/pagescan.c \
+	    src/util/sys.c -o $@ \
 	    $(LDFLAGS) $(SNIC_LINK) -ldl -lpthread
 
 $(BENCH_DIR)/bench_ucx: test/bench/bench.c test/bench/sys_ucx.h test/snic/snic.h $(SNIC_DEPS) | bench-deps
