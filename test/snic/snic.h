@@ -1,5 +1,6 @@
 /* snic.h - test-only API of the software NIC (build/snic/libibverbs.so.1, node SNIC_1.0):
- * the "remote peer" and "local DMA engine" of a NIC, plus its counters.
+ * the "remote peer" and "local DMA engine" of a NIC, plus its counters; its verbs also
+ * give loopback RC queue pairs whose data path is the same (see "Queue pairs" below).
  * Data moves into and out of the MR's pinned pages (io_uring fixed buffers), never
  * through the process page tables, so an MR whose memory was unmapped still hits the old
  * pages. Addresses are in the MR's iova space. Every call returns 0 or an errno value. */
@@ -35,18 +36,53 @@
  *   SNIC_ODP_FAULT_NS=N  the first access to each page of an ODP MR that no prefetch
  *       brought in takes N ns more (busy wait; default 0), a page fault's cost.
  *
+ * Queue pairs: RC only, looped back within the process (RTR's dest_qp_num names the peer
+ * QP, which must be in RTR or RTS and connected back, else the requester completes with
+ * IBV_WC_RETRY_EXC_ERR). ibv_create_cq/destroy_cq, ctx->ops.poll_cq and req_notify_cq
+ * (accepted, no events); ibv_create_qp and create_qp_ex (send_ops_flags for RDMA WRITE
+ * [WITH_IMM], SEND[_WITH_IMM], RDMA READ: the ibv_wr_* builders of ibv_qp_to_qp_ex),
+ * ibv_modify_qp with the kernel's RC transition table (RESET, INIT, RTR, RTS, ERR; port 1,
+ * P_Key index 0), ibv_query_qp, ibv_destroy_qp; SRQs (ibv_create/query/destroy_srq,
+ * ibv_modify_srq of IBV_SRQ_LIMIT only); ops.post_send, post_recv (from INIT on),
+ * post_srq_recv. Each work request is carried out whole when posted: local sges through
+ * their lkeys' pinned pages (LOCAL_WRITE for a READ's), the remote range through the rkey
+ * with REMOTE_WRITE/REMOTE_READ granted by both the MR and the target QP; a key must name
+ * an MR of its QP's PD (an lkey the requester's, an rkey or a receive's lkey the target's,
+ * an SRQ's receives the SRQ's); IBV_SEND_INLINE reads the sge addresses themselves (up
+ * to max_inline_data). A SEND or WRITE_WITH_IMM takes the target's (or its SRQ's) oldest
+ * receive. Errors as a NIC reports them: a bad local sge
+ * IBV_WC_LOC_PROT_ERR; a bad rkey, range or right IBV_WC_REM_ACCESS_ERR (the target QP
+ * enters ERR too); no receive IBV_WC_RNR_RETRY_EXC_ERR at once, whatever rnr_retry; a
+ * receive too small IBV_WC_LOC_LEN_ERR there and IBV_WC_REM_INV_REQ_ERR here, a receive
+ * sge it may not write IBV_WC_LOC_PROT_ERR there and IBV_WC_REM_OP_ERR here. Error
+ * completions come even unsignalled and leave the QP in ERR, where receives are flushed
+ * (IBV_WC_WR_FLUSH_ERR) and later requests complete flushed. Posting fails EINVAL (with
+ * *bad_wr) before RTS, for an unknown opcode, too many sges, too much inline data or an
+ * inline READ, and ENOMEM on a full queue: a send slot is freed only when a completion at
+ * or after it is polled, so a program must signal at least every max_send_wr requests.
+ * RESET and ibv_destroy_qp drop the QP's completions not yet polled. Not supported: other
+ * QP types, atomics, memory windows, SQD, completion channels and events (a channel
+ * passed to ibv_create_cq is EINVAL), ibv_create_cq_ex, ibv_resize_cq, async events (so no
+ * SRQ limit event), SRQ resizing. A CQ that overflows loses the completion, says so on
+ * stderr once and fails every later poll with EOVERFLOW. Limits in ibv_query_device
+ * (max_qp, max_qp_wr, max_sge, max_cqe, max_srq...); max_inline_data at most 256.
+ *
  * fork(): the child gets a fresh NIC (own io_uring, opened lazily; counters at zero). It
  * may open the device, allocate PDs, register its own memory and use snic_* on its own
  * keys. The parent's keys are unknown to it (EINVAL); verbs on objects it inherited
- * (alloc_pd on a context, reg/dealloc on a PD, dereg/rereg of an MR) fail with EIO and a
- * stderr line, and never touch the parent's MRs; ibv_close_device on an inherited context
- * only frees the child's copy. The parent is never affected by what the child does.
+ * (alloc_pd or create_cq on a context, reg/dealloc or create_qp/create_srq on a PD,
+ * dereg/rereg of an MR, any verb on a CQ, QP or SRQ, posting and polling included) fail
+ * with EIO and a stderr line, and never touch the parent's MRs; the parent's QPs are no
+ * peers of the child's; ibv_close_device on an inherited context only frees the child's
+ * copy. The parent is never affected by what the child does.
  *
  * Differences from a real NIC: memory must be writable (io_uring pins for write, so a
  * read-only mapping fails EFAULT even for a read-only MR); a THP-backed page is charged
  * to VmPin/RLIMIT_MEMLOCK whole; RLIMIT_MEMLOCK is charged per user, not per process;
- * ibv_close_device fails EBUSY while PDs remain (rdma-core's kernel would clean up); an
- * ODP MR's pages fault in once and stay in (no invalidation when memory is unmapped), and
+ * ibv_close_device fails EBUSY while PDs or CQs remain, ibv_dealloc_pd while MRs, QPs or
+ * SRQs do (rdma-core's kernel would clean up on close); work requests complete when
+ * posted, in order, one at a time process-wide (no overlap, no timing); an ODP MR's
+ * pages fault in once and stay in (no invalidation when memory is unmapped), and
  * ibv_rereg_mr of an ODP MR fails EOPNOTSUPP. */
 
 /* A peer's RDMA WRITE of len bytes from src to [remote_addr, +len) of the MR with this

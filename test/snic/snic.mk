@@ -7,8 +7,9 @@ SNIC_DIR    := $(BUILD)/snic
 SNIC_LIB    := $(SNIC_DIR)/libibverbs.so.1
 SNIC_LINK   := -L$(SNIC_DIR) -libverbs
 SNIC_CFLAGS := -Itest/snic
-SNIC_SRCS   := $(addprefix test/snic/,snic_device.c snic_fork.c snic_log.c snic_nic.c \
-                 snic_odp.c snic_pin.c snic_strs.c snic_stubs.c snic_verbs.c)
+SNIC_SRCS   := $(addprefix test/snic/,snic_cq.c snic_device.c snic_fork.c snic_log.c \
+                 snic_nic.c snic_odp.c snic_pin.c snic_qp.c snic_qpx.c snic_strs.c \
+                 snic_stubs.c snic_verbs.c)
 SNIC_OBJS   := $(patsubst test/snic/%.c,$(SNIC_DIR)/obj/%.o,$(SNIC_SRCS))
 SNIC_DEPS   := $(SNIC_LIB) $(SNIC_DIR)/libibverbs.so
 

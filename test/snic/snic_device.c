@@ -1,8 +1,10 @@
 /* snic_device.c - the one device "snic0": device list, contexts, device/port/GID/P_Key
- * attributes, sysfs helpers. A context is a verbs_context with only query_port,
- * query_device_ex and advise_mr set, so verbs.h's other inline extended verbs fail
- * EOPNOTSUPP. The device is static; a context owns one eventfd as cmd_fd and async_fd
- * (never ready: no async events). One port (1), one GID, one P_Key. */
+ * attributes, sysfs helpers. A context's legacy ops are the data path (poll_cq,
+ * req_notify_cq, post_send, post_recv, post_srq_recv: snic_cq.c, snic_qp.c) and it is a
+ * verbs_context with only query_port, query_device_ex, advise_mr and create_qp_ex set, so
+ * verbs.h's other inline verbs fail EOPNOTSUPP. The device is static; a context owns one
+ * eventfd as cmd_fd and async_fd (never ready: no async events). One port (1), one GID,
+ * one P_Key. */
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -91,6 +93,16 @@ static void device_attr(struct ibv_device_attr *a)
     a->hw_ver = 1;
     a->max_mr = (int)SNIC_MAX_MR;
     a->max_pd = (int)SNIC_MAX_PD;
+    a->max_qp = (int)SNIC_MAX_QP;
+    a->max_qp_wr = (int)SNIC_MAX_QP_WR;
+    a->max_sge = a->max_sge_rd = (int)SNIC_MAX_SGE;
+    a->max_cq = (int)SNIC_MAX_CQ;
+    a->max_cqe = (int)SNIC_MAX_CQE;
+    a->max_qp_rd_atom = a->max_qp_init_rd_atom = (int)SNIC_MAX_RD_ATOM;
+    a->max_res_rd_atom = (int)(SNIC_MAX_RD_ATOM * SNIC_MAX_QP);
+    a->max_srq = (int)SNIC_MAX_SRQ;
+    a->max_srq_wr = (int)SNIC_MAX_QP_WR;
+    a->max_srq_sge = (int)SNIC_MAX_SGE;
     a->atomic_cap = IBV_ATOMIC_NONE;
     a->max_pkeys = 1;
     a->phys_port_cnt = 1;
@@ -127,7 +139,7 @@ static int port_attr(uint8_t port, struct ibv_port_attr *p)
     p->state = IBV_PORT_ACTIVE;
     p->max_mtu = p->active_mtu = IBV_MTU_4096;
     p->gid_tbl_len = 1;
-    p->max_msg_sz = 1u << 31;
+    p->max_msg_sz = SNIC_MAX_MSG;
     p->pkey_tbl_len = 1;
     p->lid = p->sm_lid = 1;
     p->max_vl_num = 1;
@@ -267,17 +279,23 @@ SNIC_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     c->cmd_fd = c->async_fd = fd;
     c->num_comp_vectors = 1;
     pthread_mutex_init(&c->mutex, NULL);
+    c->ops.poll_cq = cq_poll;
+    c->ops.req_notify_cq = cq_req_notify;
+    c->ops.post_send = qp_post_send;
+    c->ops.post_recv = qp_post_recv;
+    c->ops.post_srq_recv = srq_post_recv;
     c->abi_compat = __VERBS_ABI_IS_EXTENDED;
     ctx->vctx.sz = sizeof(ctx->vctx);
     ctx->vctx.query_port = ctx_query_port;
     ctx->vctx.query_device_ex = ctx_query_device_ex;
     ctx->vctx.advise_mr = nic_advise_mr;
+    ctx->vctx.create_qp_ex = qp_create_ex;
     nic_ctx_init(ctx);
     return c;
 }
 
-/* EBUSY while PDs remain: stricter than rdma-core, whose kernel tears everything down on
- * close, so leaked PDs and MRs show up in tests. */
+/* EBUSY while PDs or CQs remain: stricter than rdma-core, whose kernel tears everything
+ * down on close, so leaked PDs, MRs, CQs and QPs show up in tests. */
 SNIC_EXPORT int ibv_close_device(struct ibv_context *context)
 {
     struct snic_ctx *ctx;

@@ -1,9 +1,10 @@
 /* snic_nic.c - the device: PDs, MRs and keys, the kernel's access checks, the cost model
- * (SNIC_REG_COST_NS, SNIC_SLOW_REG), the failure injector (snic_fail_*, SNIC_FAIL_*), counters, the DMA
- * calls of snic.h and ibv_advise_mr. Invariants (nic_lock): an MR is in mr_table iff live
- * and, unless ODP, pinned (a refused dereg leaves it so); live_pds/live_mrs count live
- * children; pinned_bytes sums the page spans of the pinned MRs in mr_table; an object with
- * gen != nic_gen was inherited (nic_fork_child). */
+ * (SNIC_REG_COST_NS, SNIC_SLOW_REG), the failure injector (snic_fail_*, SNIC_FAIL_*),
+ * counters, the DMA of snic.h's calls and of work requests, and ibv_advise_mr.
+ * Invariants (nic_lock): an MR is in mr_table iff live and, unless ODP, pinned (a refused
+ * dereg leaves it so); live_pds/live_mrs/live_cqs/holds count live children; pinned_bytes
+ * sums the page spans of the pinned MRs in mr_table; an object with gen != nic_gen was
+ * inherited (nic_fork_child). */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -30,6 +31,7 @@ struct snic_pd {
     struct ibv_pd ibv; /* first: the ibv_pd we hand out */
     struct snic_ctx *ctx;
     unsigned long live_mrs;
+    unsigned long holds; /* QPs and SRQs (nic_pd_hold) */
     unsigned gen;
 };
 
@@ -238,7 +240,7 @@ static uint64_t cost_start(void)
     return cost_on ? now_ns() : 0;
 }
 
-static int inherited(unsigned gen, const char *call, const char *what)
+int nic_inherited(unsigned gen, const char *call, const char *what)
 {
     if (gen == nic_gen)
         return 0;
@@ -302,16 +304,62 @@ int nic_ctx_release(struct snic_ctx *ctx)
     if (ctx->gen != nic_gen)
         return 0;
     pthread_mutex_lock(&nic_lock);
-    busy = ctx->live_pds != 0;
+    busy = ctx->live_pds || ctx->live_cqs;
     pthread_mutex_unlock(&nic_lock);
     return busy ? EBUSY : 0;
+}
+
+unsigned nic_gen_now(void)
+{
+    return nic_gen;
+}
+
+int nic_ctx_hold(struct snic_ctx *ctx, const char *call)
+{
+    int err = nic_inherited(ctx->gen, call, "context");
+
+    if (err)
+        return err;
+    pthread_mutex_lock(&nic_lock);
+    ctx->live_cqs++;
+    pthread_mutex_unlock(&nic_lock);
+    return 0;
+}
+
+void nic_ctx_unhold(struct snic_ctx *ctx)
+{
+    pthread_mutex_lock(&nic_lock);
+    ctx->live_cqs--;
+    pthread_mutex_unlock(&nic_lock);
+}
+
+int nic_pd_hold(struct ibv_pd *ibpd, const char *call)
+{
+    struct snic_pd *pd = (struct snic_pd *)ibpd;
+    int err = nic_inherited(pd->gen, call, "PD");
+
+    if (err)
+        return err;
+    pthread_mutex_lock(&nic_lock);
+    pd->holds++;
+    pthread_mutex_unlock(&nic_lock);
+    return 0;
+}
+
+void nic_pd_unhold(struct ibv_pd *ibpd)
+{
+    struct snic_pd *pd = (struct snic_pd *)ibpd;
+
+    pthread_mutex_lock(&nic_lock);
+    pd->holds--;
+    pthread_mutex_unlock(&nic_lock);
 }
 
 struct ibv_pd *nic_alloc_pd(struct ibv_context *context)
 {
     struct snic_ctx *ctx = snic_ctx_of(context);
     struct snic_pd *pd;
-    int err = inherited(ctx->gen, "ibv_alloc_pd", "context");
+    int err = nic_inherited(ctx->gen, "ibv_alloc_pd", "context");
 
     if (err)
         goto fail;
@@ -340,12 +388,12 @@ fail:
 int nic_dealloc_pd(struct ibv_pd *ibpd)
 {
     struct snic_pd *pd = (struct snic_pd *)ibpd;
-    int err = inherited(pd->gen, "ibv_dealloc_pd", "PD");
+    int err = nic_inherited(pd->gen, "ibv_dealloc_pd", "PD");
 
     if (err)
         return err;
     pthread_mutex_lock(&nic_lock);
-    if (pd->live_mrs) {
+    if (pd->live_mrs || pd->holds) {
         err = EBUSY;
     } else {
         pd->ctx->live_pds--;
@@ -364,7 +412,7 @@ struct ibv_mr *nic_reg_mr(struct ibv_pd *ibpd, void *addr, size_t len, uint64_t 
     uintptr_t a = (uintptr_t)addr, page_off = (uintptr_t)getpagesize() - 1;
     uint64_t t0 = cost_start();
     struct snic_mr *mr;
-    int err = inherited(pd->gen, "ibv_reg_mr", "PD");
+    int err = nic_inherited(pd->gen, "ibv_reg_mr", "PD");
 
     /* In the kernel's order: ib_uverbs_reg_mr wants start and hca_va at the same page
      * offset, then the access check, then ib_umem_get refuses empty or wrapping ranges. */
@@ -423,7 +471,7 @@ fail:
 int nic_dereg_mr(struct ibv_mr *ibmr)
 {
     struct snic_mr *mr = (struct snic_mr *)ibmr;
-    int err = inherited(mr->gen, "ibv_dereg_mr", "MR");
+    int err = nic_inherited(mr->gen, "ibv_dereg_mr", "MR");
 
     if (err)
         return err;
@@ -463,7 +511,7 @@ int nic_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
     bool trans = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
     uintptr_t a = (uintptr_t)addr;
     uint64_t t0;
-    int err = inherited(mr->gen, "ibv_rereg_mr", "MR");
+    int err = nic_inherited(mr->gen, "ibv_rereg_mr", "MR");
 
     if (err)
         return err;
@@ -516,10 +564,11 @@ void nic_count_iova2(void)
     atomic_fetch_add_explicit(&iova2_entries, 1, memory_order_relaxed);
 }
 
-/* Key, then range (in iova space), then rights; the DMA runs under nic_lock so the MR
- * cannot be deregistered or re-translated under it. */
-static int nic_dma(uint32_t key, uint64_t addr, const void *src, void *dst, size_t len,
-                   unsigned need)
+/* Key (of an MR of pd, unless pd is NULL), then range (in iova space), then rights; the
+ * DMA runs under nic_lock so the MR cannot be deregistered or re-translated under it.
+ * With neither src nor dst only the checks are made. */
+int nic_dma(const struct ibv_pd *pd, uint32_t key, uint64_t addr, const void *src, void *dst,
+            size_t len, unsigned need)
 {
     struct snic_mr *mr;
     uint64_t off;
@@ -527,7 +576,7 @@ static int nic_dma(uint32_t key, uint64_t addr, const void *src, void *dst, size
 
     pthread_mutex_lock(&nic_lock);
     HASH_FIND(hh, mr_table, &key, sizeof(key), mr);
-    if (!mr) {
+    if (!mr || (pd && &mr->pd->ibv != pd)) {
         err = EINVAL;
         goto out;
     }
@@ -536,7 +585,7 @@ static int nic_dma(uint32_t key, uint64_t addr, const void *src, void *dst, size
         err = EINVAL;
     else if ((mr->access & need) != need)
         err = EACCES;
-    else if (!len)
+    else if (!len || (!src && !dst))
         err = 0;
     else if (mr->odp)
         err = odp_dma(&mr->faulted, mr->pin.addr + off, src, dst, len);
@@ -550,22 +599,22 @@ out:
 SNIC_EXPORT int snic_rdma_write(uint32_t rkey, uint64_t remote_addr, const void *src,
                                 size_t len)
 {
-    return nic_dma(rkey, remote_addr, src, NULL, len, IBV_ACCESS_REMOTE_WRITE);
+    return nic_dma(NULL, rkey, remote_addr, src, NULL, len, IBV_ACCESS_REMOTE_WRITE);
 }
 
 SNIC_EXPORT int snic_rdma_read(uint32_t rkey, uint64_t remote_addr, void *dst, size_t len)
 {
-    return nic_dma(rkey, remote_addr, NULL, dst, len, IBV_ACCESS_REMOTE_READ);
+    return nic_dma(NULL, rkey, remote_addr, NULL, dst, len, IBV_ACCESS_REMOTE_READ);
 }
 
 SNIC_EXPORT int snic_local_write(uint32_t lkey, uint64_t addr, const void *src, size_t len)
 {
-    return nic_dma(lkey, addr, src, NULL, len, IBV_ACCESS_LOCAL_WRITE);
+    return nic_dma(NULL, lkey, addr, src, NULL, len, IBV_ACCESS_LOCAL_WRITE);
 }
 
 SNIC_EXPORT int snic_local_read(uint32_t lkey, uint64_t addr, void *dst, size_t len)
 {
-    return nic_dma(lkey, addr, NULL, dst, len, 0);
+    return nic_dma(NULL, lkey, addr, NULL, dst, len, 0);
 }
 
 SNIC_EXPORT void snic_get_stats(struct snic_stats *out)

@@ -1,7 +1,8 @@
 /* snic_stubs.c - the exported libibverbs calls the software NIC does not implement
- * (queues, address handles, events, import, ECE): they exist so that any program linked
- * against the real library loads, and each call fails loudly: one stderr line naming
- * it, then the call's own error (NULL/-1 with errno, or the errno value) EOPNOTSUPP.
+ * (completion channels and events, CQ resizing, address handles, multicast, import, ECE,
+ * the kernel-ABI copy helpers): they exist so that any program linked against the real
+ * library loads, and each call fails loudly: one stderr line naming it, then the call's
+ * own error (NULL/-1 with errno, or the errno value) EOPNOTSUPP.
  * Stubs ignore their arguments by design. */
 #include <errno.h>
 
@@ -71,18 +72,7 @@ SNIC_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
     unsupported(__func__);
 }
 
-SNIC_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
-                                         struct ibv_comp_channel *channel, int comp_vector)
-{
-    FAIL_NULL();
-}
-
 SNIC_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
-{
-    FAIL_ERRNO();
-}
-
-SNIC_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 {
     FAIL_ERRNO();
 }
@@ -96,61 +86,6 @@ SNIC_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq
 SNIC_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 {
     unsupported(__func__);
-}
-
-SNIC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
-                                           struct ibv_srq_init_attr *srq_init_attr)
-{
-    FAIL_NULL();
-}
-
-SNIC_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr,
-                               int srq_attr_mask)
-{
-    FAIL_ERRNO();
-}
-
-SNIC_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *srq_attr)
-{
-    FAIL_ERRNO();
-}
-
-SNIC_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
-{
-    FAIL_ERRNO();
-}
-
-SNIC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
-{
-    FAIL_NULL();
-}
-
-SNIC_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
-                             struct ibv_qp_init_attr *init_attr)
-{
-    FAIL_ERRNO();
-}
-
-SNIC_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
-{
-    FAIL_ERRNO();
-}
-
-SNIC_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
-{
-    FAIL_ERRNO();
-}
-
-SNIC_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
-{
-    FAIL_NULL();
-}
-
-SNIC_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op,
-                                           uint32_t flags)
-{
-    unsupported(__func__);
-    return 0; /* "no ordering guarantee", the answer on non-x86 */
 }
 
 SNIC_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)

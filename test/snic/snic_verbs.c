@@ -31,7 +31,7 @@ SNIC_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
     return pd;
 }
 
-/* EBUSY while MRs remain on the PD. */
+/* EBUSY while MRs, QPs or SRQs remain on the PD. */
 SNIC_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 {
     int err = pd ? nic_dealloc_pd(pd) : EINVAL;

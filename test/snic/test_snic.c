@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -278,9 +279,9 @@ static void *stub_ptr;
 
 static void call_stubs(void)
 {
-    stub_ptr = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+    stub_ptr = ibv_create_comp_channel(ctx);
     stub_errno = errno;
-    stub_ret = ibv_destroy_qp(NULL);
+    stub_ret = ibv_destroy_ah(NULL);
 }
 
 static struct ibv_mr *dmabuf_mr;
@@ -299,8 +300,8 @@ static void test_unimplemented_calls_fail_loudly(void)
 
     capture_stderr(call_stubs, err, sizeof(err));
     CHECK(stub_ptr == NULL && stub_errno == EOPNOTSUPP && stub_ret == EOPNOTSUPP);
-    CHECKF(count_lines_with(err, "ibv_create_cq") == 1, "stderr: %s", err);
-    CHECKF(count_lines_with(err, "ibv_destroy_qp") == 1, "stderr: %s", err);
+    CHECKF(count_lines_with(err, "ibv_create_comp_channel") == 1, "stderr: %s", err);
+    CHECKF(count_lines_with(err, "ibv_destroy_ah") == 1, "stderr: %s", err);
     capture_stderr(call_dmabuf, err, sizeof(err));
     CHECK(dmabuf_mr == NULL && dmabuf_errno == EOPNOTSUPP);
     CHECKF(count_lines_with(err, "ibv_reg_dmabuf_mr") == 1, "stderr: %s", err);
@@ -560,6 +561,951 @@ static void test_fresh_mr_after_remap_sees_writes(void)
     munmap(again, 4 * page);
 }
 
+/* ---- queue pairs: loopback RC through the MRs' pinned pages ---- */
+
+/* Two connected RC QPs of pd: qp[0] posts, qp[1] is the target. Both QPs' sends complete
+ * on scq, their receives on rcq. */
+struct loop {
+    struct ibv_cq *scq, *rcq;
+    struct ibv_qp *qp[2];
+};
+
+#define QP_SGE    4
+#define QP_INLINE 64
+
+static struct ibv_qp *qp_make(struct ibv_pd *p, struct loop *l, struct ibv_srq *srq,
+                              uint32_t max_send_wr)
+{
+    struct ibv_qp_init_attr a = {
+        .send_cq = l->scq, .recv_cq = l->rcq, .srq = srq, .qp_type = IBV_QPT_RC,
+        .cap = { .max_send_wr = max_send_wr, .max_recv_wr = 8, .max_send_sge = QP_SGE,
+                 .max_recv_sge = QP_SGE, .max_inline_data = QP_INLINE },
+    };
+
+    return ibv_create_qp(p, &a);
+}
+
+/* RESET -> INIT -> RTR -> RTS towards QP dest, granting the peer access; 0 or the error
+ * of the modify that failed. */
+static int qp_connect(struct ibv_qp *qp, uint32_t dest, unsigned access)
+{
+    struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access };
+    int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+
+    if (rc)
+        return rc;
+    a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = dest,
+                              .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
+                              .ah_attr = { .dlid = 1, .port_num = 1 } };
+    rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    if (rc)
+        return rc;
+    a = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
+                              .max_rd_atomic = 1 };
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* To RESET or ERR: transitions that take nothing but the state. */
+static int qp_move(struct ibv_qp *qp, enum ibv_qp_state state)
+{
+    struct ibv_qp_attr a = { .qp_state = state };
+
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE);
+}
+
+/* a and b connected to each other, each granting the other everything. */
+static bool qp_pair(struct ibv_qp *a, struct ibv_qp *b)
+{
+    return !qp_connect(a, b->qp_num, RW_ALL) && !qp_connect(b, a->qp_num, RW_ALL);
+}
+
+/* The target grants target_access; qp[0] grants everything. */
+static bool loop_open(struct loop *l, unsigned target_access)
+{
+    memset(l, 0, sizeof(*l));
+    l->scq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+    l->rcq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+    if (!l->scq || !l->rcq)
+        return false;
+    l->qp[0] = qp_make(pd, l, NULL, 16);
+    l->qp[1] = qp_make(pd, l, NULL, 16);
+    return l->qp[0] && l->qp[1] && !qp_connect(l->qp[0], l->qp[1]->qp_num, RW_ALL) &&
+           !qp_connect(l->qp[1], l->qp[0]->qp_num, target_access);
+}
+
+static void loop_close(struct loop *l)
+{
+    for (int i = 0; i < 2; i++)
+        if (l->qp[i])
+            CHECK(ibv_destroy_qp(l->qp[i]) == 0);
+    if (l->scq)
+        CHECK(ibv_destroy_cq(l->scq) == 0);
+    if (l->rcq)
+        CHECK(ibv_destroy_cq(l->rcq) == 0);
+}
+
+static struct ibv_sge sge_at(const struct ibv_mr *mr, const void *addr, uint32_t len)
+{
+    return (struct ibv_sge){ .addr = u(addr), .length = len, .lkey = mr ? mr->lkey : 0 };
+}
+
+static int post_wr(struct ibv_qp *qp, enum ibv_wr_opcode op, struct ibv_sge *sge, int n,
+                   uint32_t rkey, uint64_t remote_addr, unsigned flags, uint64_t wr_id)
+{
+    struct ibv_send_wr wr = { .wr_id = wr_id, .sg_list = sge, .num_sge = n, .opcode = op,
+                              .send_flags = flags, .imm_data = htobe32(0xc0ffee) },
+                       *bad = NULL;
+
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    return ibv_post_send(qp, &wr, &bad);
+}
+
+static int post_recv_wr(struct ibv_qp *qp, struct ibv_sge *sge, int n, uint64_t wr_id)
+{
+    struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = sge, .num_sge = n }, *bad = NULL;
+
+    return ibv_post_recv(qp, &wr, &bad);
+}
+
+static enum ibv_qp_state qp_state(struct ibv_qp *qp)
+{
+    struct ibv_qp_attr a;
+    struct ibv_qp_init_attr ia;
+
+    return ibv_query_qp(qp, &a, IBV_QP_STATE, &ia) ? (enum ibv_qp_state)-1 : a.qp_state;
+}
+
+/* The one completion on cq, or status -1 if there is not exactly one. */
+static struct ibv_wc poll_one(struct ibv_cq *cq)
+{
+    struct ibv_wc wc[2];
+
+    if (ibv_poll_cq(cq, 2, wc) != 1)
+        wc[0] = (struct ibv_wc){ .status = (enum ibv_wc_status)-1 };
+    return wc[0];
+}
+
+static void test_qp_lifecycle_and_limits(void)
+{
+    struct ibv_device **list = ibv_get_device_list(NULL);
+    struct ibv_context *c2 = ibv_open_device(list[0]);
+    struct ibv_pd *p2 = ibv_alloc_pd(ctx);
+    struct loop l = { .scq = ibv_create_cq(ctx, 8, NULL, NULL, 0) };
+    struct ibv_qp_init_attr a = { .send_cq = l.scq, .recv_cq = l.scq, .qp_type = IBV_QPT_RC,
+                                  .cap = { .max_send_wr = 4, .max_recv_wr = 4 } };
+    struct ibv_cq *other = c2 ? ibv_create_cq(c2, 1, NULL, NULL, 0) : NULL;
+    struct ibv_device_attr dev;
+    struct ibv_qp_init_attr ia;
+    struct ibv_qp_attr qa;
+
+    ibv_free_device_list(list);
+    CHECK(l.scq && l.scq->cqe == 8 && l.scq->context == ctx && other && p2);
+    if (!l.scq || !other || !p2)
+        return;
+    l.qp[0] = ibv_create_qp(p2, &a);
+    CHECK(l.qp[0] && a.cap.max_send_wr == 4 && a.cap.max_recv_wr == 4 && a.cap.max_send_sge >= 1);
+    l.qp[1] = ibv_create_qp(p2, &a);
+    CHECK(l.qp[1] && l.qp[0] && l.qp[0]->qp_num != l.qp[1]->qp_num && l.qp[0]->qp_num > 1);
+    if (!l.qp[0] || !l.qp[1])
+        return;
+    CHECK(l.qp[0]->state == IBV_QPS_RESET && l.qp[0]->pd == p2 && l.qp[0]->context == ctx);
+
+    /* The kernel's transition table: nothing skips a state, and a transition takes what
+     * it needs, no more, with valid values. */
+    qa = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RTR };
+    CHECK(ibv_modify_qp(l.qp[0], &qa, IBV_QP_STATE) == EINVAL);
+    qa = (struct ibv_qp_attr){ .qp_state = IBV_QPS_INIT, .port_num = 1 };
+    CHECK(ibv_modify_qp(l.qp[0], &qa, IBV_QP_STATE | IBV_QP_PORT) == EINVAL);
+    CHECK(ibv_modify_qp(l.qp[0], &qa, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX |
+                                          IBV_QP_ACCESS_FLAGS | IBV_QP_TIMEOUT) == EINVAL);
+    qa.port_num = 2;
+    CHECK(ibv_modify_qp(l.qp[0], &qa, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX |
+                                          IBV_QP_ACCESS_FLAGS) == EINVAL);
+    CHECK(l.qp[0]->state == IBV_QPS_RESET);
+    CHECK(qp_connect(l.qp[0], l.qp[1]->qp_num, RW_ALL) == 0);
+    CHECK(ibv_query_qp(l.qp[0], &qa, IBV_QP_STATE, &ia) == 0);
+    CHECK(qa.qp_state == IBV_QPS_RTS && l.qp[0]->state == IBV_QPS_RTS);
+    CHECK(qa.dest_qp_num == l.qp[1]->qp_num && qa.qp_access_flags == RW_ALL && qa.timeout == 14 &&
+          qa.max_dest_rd_atomic == 1 && qa.path_mtu == IBV_MTU_4096 && qa.cap.max_send_wr == 4);
+    CHECK(ia.send_cq == l.scq && ia.qp_type == IBV_QPT_RC && ia.cap.max_recv_wr == 4);
+    qa = (struct ibv_qp_attr){ .qp_state = IBV_QPS_RESET };
+    CHECK(ibv_modify_qp(l.qp[0], &qa, IBV_QP_STATE) == 0 && qp_state(l.qp[0]) == IBV_QPS_RESET);
+    CHECK(ibv_query_qp(l.qp[0], &qa, IBV_QP_DEST_QPN, &ia) == 0 && qa.dest_qp_num == 0);
+
+    /* Only RC; limits and foreign objects refused as a device refuses them. */
+    a.qp_type = IBV_QPT_UD;
+    errno = 0;
+    CHECK(ibv_create_qp(p2, &a) == NULL && errno == EOPNOTSUPP);
+    a.qp_type = IBV_QPT_RC;
+    a.cap.max_send_sge = 1000;
+    errno = 0;
+    CHECK(ibv_create_qp(p2, &a) == NULL && errno == EINVAL);
+    a.cap.max_send_sge = 1;
+    a.recv_cq = other;
+    errno = 0;
+    CHECK(ibv_create_qp(p2, &a) == NULL && errno == EINVAL);
+    a.recv_cq = NULL;
+    errno = 0;
+    CHECK(ibv_create_qp(p2, &a) == NULL && errno == EINVAL);
+    errno = 0;
+    CHECK(ibv_create_cq(ctx, 0, NULL, NULL, 0) == NULL && errno == EINVAL);
+    errno = 0;
+    CHECK(ibv_create_cq(ctx, 4, NULL, NULL, 1) == NULL && errno == EINVAL);
+    CHECK(ibv_query_device(ctx, &dev) == 0);
+    CHECK(dev.max_qp > 0 && dev.max_qp_wr > 0 && dev.max_sge >= QP_SGE && dev.max_cq > 0 &&
+          dev.max_cqe > 0 && dev.max_srq > 0 && dev.max_srq_wr > 0);
+    CHECK(ibv_query_qp_data_in_order(l.qp[0], IBV_WR_RDMA_WRITE, 0) == 1);
+
+    /* What a QP uses stays until it goes; a CQ keeps its context open. */
+    CHECK(ibv_destroy_cq(l.scq) == EBUSY);
+    CHECK(ibv_dealloc_pd(p2) == EBUSY);
+    CHECK(ibv_close_device(c2) == EBUSY);
+    loop_close(&l);
+    CHECK(ibv_dealloc_pd(p2) == 0);
+    CHECK(ibv_destroy_cq(other) == 0 && ibv_close_device(c2) == 0);
+}
+
+static void test_qp_rdma_write_and_read(void)
+{
+    char *src = map_pages(2), *dst = map_pages(2);
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, 2 * page, RW_ALL);
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, 2 * page, RW_ALL);
+    struct ibv_sge sge[2];
+    struct ibv_wc wc;
+    struct loop l;
+
+    CHECK(smr && dmr && loop_open(&l, RW_ALL));
+    if (!smr || !dmr || !l.qp[1])
+        return;
+    memcpy(src, "hello, ", 7);
+    memcpy(src + page, "world", 5);
+    /* Gathered from two sges, written across a page boundary of the target. */
+    sge[0] = sge_at(smr, src, 7);
+    sge[1] = sge_at(smr, src + page, 5);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, sge, 2, dmr->rkey, u(dst) + page - 4,
+                  IBV_SEND_SIGNALED, 7) == 0);
+    CHECK(!memcmp(dst + page - 4, "hello, world", 12) && dst[page - 5] == 0 && dst[page + 8] == 0);
+    wc = poll_one(l.scq);
+    CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 7 && wc.opcode == IBV_WC_RDMA_WRITE &&
+          wc.qp_num == l.qp[0]->qp_num);
+    CHECK(ibv_poll_cq(l.rcq, 1, &wc) == 0); /* a plain WRITE consumes no receive */
+
+    /* READ it back, scattered over two sges. */
+    sge[0] = sge_at(smr, src + 100, 5);
+    sge[1] = sge_at(smr, src + page + 100, 7);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_READ, sge, 2, dmr->rkey, u(dst) + page - 4,
+                  IBV_SEND_SIGNALED, 8) == 0);
+    CHECK(!memcmp(src + 100, "hello", 5) && !memcmp(src + page + 100, ", world", 7));
+    wc = poll_one(l.scq);
+    CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 8 && wc.opcode == IBV_WC_RDMA_READ &&
+          wc.byte_len == 12);
+    loop_close(&l);
+    ibv_dereg_mr(smr);
+    ibv_dereg_mr(dmr);
+    munmap(src, 2 * page);
+    munmap(dst, 2 * page);
+}
+
+/* The point of the NIC, through QPs: a WRITE into a stale MR lands in its old pages, and
+ * a WRITE out of a stale MR carries what its old pages hold, never what is mapped now. */
+static void test_qp_stale_mr_moves_old_pages(void)
+{
+    char *src = map_pages(1), *dst = map_pages(1), *out = map_pages(1), *again;
+    struct ibv_mr *smr, *dmr, *omr;
+    struct ibv_sge sge;
+    struct loop l;
+    char peek[8];
+
+    memset(dst, 'o', page);
+    memcpy(src, "stale", 5);
+    smr = ibv_reg_mr(pd, src, page, RW_ALL);
+    dmr = ibv_reg_mr(pd, dst, page, RW_ALL);
+    omr = ibv_reg_mr(pd, out, page, RW_ALL);
+    CHECK(smr && dmr && omr && loop_open(&l, RW_ALL));
+    if (!smr || !dmr || !omr || !l.qp[1])
+        return;
+    munmap(dst, page);
+    again = mmap(dst, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    CHECK(again == dst);
+    sge = sge_at(smr, src, 5);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, dmr->rkey, u(dst) + 10, IBV_SEND_SIGNALED,
+                  1) == 0);
+    CHECK(poll_one(l.scq).status == IBV_WC_SUCCESS);
+    CHECK(again[10] == 0); /* the new mapping saw nothing */
+    CHECK(snic_rdma_read(dmr->rkey, u(dst) + 8, peek, 7) == 0 && !memcmp(peek, "oostale", 7));
+
+    munmap(src, page);
+    CHECK(mmap(src, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+          src);
+    memcpy(src, "fresh", 5);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, omr->rkey, u(out), IBV_SEND_SIGNALED, 2) == 0);
+    CHECK(poll_one(l.scq).status == IBV_WC_SUCCESS);
+    CHECK(!memcmp(out, "stale", 5)); /* the old pages, not the CPU's "fresh" */
+    loop_close(&l);
+    ibv_dereg_mr(smr);
+    ibv_dereg_mr(dmr);
+    ibv_dereg_mr(omr);
+    munmap(src, page);
+    munmap(again, page);
+    munmap(out, page);
+}
+
+static void test_qp_send_scatters_into_oldest_receive(void)
+{
+    char *src = map_pages(1), *dst = map_pages(2);
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, page, RW_ALL);
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, 2 * page, RW_ALL);
+    struct ibv_sge ssge, rsge[2];
+    struct ibv_wc wc;
+    struct loop l;
+
+    CHECK(smr && dmr && loop_open(&l, RW_ALL));
+    if (!smr || !dmr || !l.qp[1])
+        return;
+    memcpy(src, "0123456789ab", 12);
+    rsge[0] = sge_at(dmr, dst, 4);
+    rsge[1] = sge_at(dmr, dst + page - 2, 16);
+    CHECK(post_recv_wr(l.qp[1], rsge, 2, 21) == 0);
+    ssge = sge_at(smr, src, 10);
+    CHECK(post_wr(l.qp[0], IBV_WR_SEND_WITH_IMM, &ssge, 1, 0, 0, IBV_SEND_SIGNALED, 22) == 0);
+    CHECK(!memcmp(dst, "0123", 4) && dst[4] == 0 && !memcmp(dst + page - 2, "456789", 6) &&
+          dst[page + 4] == 0);
+    wc = poll_one(l.rcq);
+    CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 21 && wc.opcode == IBV_WC_RECV &&
+          wc.byte_len == 10 && wc.qp_num == l.qp[1]->qp_num && wc.src_qp == l.qp[0]->qp_num);
+    CHECK((wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htobe32(0xc0ffee));
+    wc = poll_one(l.scq);
+    CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 22 && wc.opcode == IBV_WC_SEND);
+
+    /* WRITE_WITH_IMM: the data goes where the rkey says; a receive reports it. */
+    CHECK(post_recv_wr(l.qp[1], NULL, 0, 23) == 0);
+    ssge = sge_at(smr, src + 10, 2);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE_WITH_IMM, &ssge, 1, dmr->rkey, u(dst) + 200, 0, 24) == 0);
+    CHECK(!memcmp(dst + 200, "ab", 2));
+    wc = poll_one(l.rcq);
+    CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 23 && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+          wc.byte_len == 2 && (wc.wc_flags & IBV_WC_WITH_IMM) && wc.imm_data == htobe32(0xc0ffee));
+    CHECK(ibv_poll_cq(l.scq, 1, &wc) == 0); /* unsignalled */
+
+    /* Receives are taken oldest first; a plain SEND carries no immediate. */
+    rsge[0] = sge_at(dmr, dst + 300, 1);
+    rsge[1] = sge_at(dmr, dst + 400, 1);
+    CHECK(post_recv_wr(l.qp[1], &rsge[0], 1, 31) == 0 && post_recv_wr(l.qp[1], &rsge[1], 1, 32) == 0);
+    ssge = sge_at(smr, src + 1, 1);
+    CHECK(post_wr(l.qp[0], IBV_WR_SEND, &ssge, 1, 0, 0, 0, 33) == 0);
+    ssge = sge_at(smr, src + 2, 1);
+    CHECK(post_wr(l.qp[0], IBV_WR_SEND, &ssge, 1, 0, 0, 0, 34) == 0);
+    CHECK(dst[300] == '1' && dst[400] == '2');
+    CHECK(ibv_poll_cq(l.rcq, 1, &wc) == 1 && wc.wr_id == 31 && !(wc.wc_flags & IBV_WC_WITH_IMM));
+    CHECK(ibv_poll_cq(l.rcq, 1, &wc) == 1 && wc.wr_id == 32 && wc.byte_len == 1);
+    loop_close(&l);
+    ibv_dereg_mr(smr);
+    ibv_dereg_mr(dmr);
+    munmap(src, page);
+    munmap(dst, 2 * page);
+}
+
+/* One request on a fresh loop whose target grants target_access, after recv (if any) was
+ * posted on the target: the requester's completion (status -1 if none or several), the
+ * target's receive completion in *rwc (status -1 if none), both QPs' states after it, and
+ * whether the target's buffer tgt is still all zero. */
+struct outcome {
+    struct ibv_wc wc, rwc;
+    enum ibv_qp_state state[2];
+    bool tgt_untouched;
+};
+
+static struct outcome one_request(unsigned target_access, struct ibv_recv_wr *recv,
+                                  struct ibv_send_wr *wr, const char *tgt, size_t len)
+{
+    struct outcome o = { .wc.status = (enum ibv_wc_status)-1, .rwc.status = (enum ibv_wc_status)-1 };
+    struct ibv_recv_wr *rbad;
+    struct ibv_send_wr *bad;
+    struct loop l;
+
+    if (loop_open(&l, target_access) && (!recv || ibv_post_recv(l.qp[1], recv, &rbad) == 0) &&
+        ibv_post_send(l.qp[0], wr, &bad) == 0) {
+        o.wc = poll_one(l.scq);
+        o.rwc = poll_one(l.rcq);
+        o.state[0] = qp_state(l.qp[0]);
+        o.state[1] = qp_state(l.qp[1]);
+    }
+    o.tgt_untouched = true;
+    for (size_t i = 0; i < len; i++)
+        o.tgt_untouched = o.tgt_untouched && !tgt[i];
+    loop_close(&l);
+    return o;
+}
+
+/* The requester's own memory: an unknown lkey, a range outside the MR, another PD's MR,
+ * a READ into an MR without LOCAL_WRITE. Error completions come even unsignalled; the
+ * requester enters the error state, the target is untouched and stays in RTS. */
+static void test_qp_bad_lkey_is_local_protection_error(void)
+{
+    char *src = map_pages(1), *dst = map_pages(1);
+    struct ibv_pd *p2 = ibv_alloc_pd(ctx);
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, page, RW_ALL);
+    struct ibv_mr *ro = ibv_reg_mr(pd, src, page, 0);
+    struct ibv_mr *other = p2 ? ibv_reg_mr(p2, src, page, RW_ALL) : NULL;
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, page, RW_ALL);
+    struct ibv_sge sge;
+    struct ibv_send_wr wr = { .wr_id = 5, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE };
+    struct { uint32_t lkey; uint64_t addr; uint32_t len; enum ibv_wr_opcode op; } bad[] = {
+        { 0, u(src), 4, IBV_WR_RDMA_WRITE },
+        { 0, u(src) + page - 2, 4, IBV_WR_RDMA_WRITE },
+        { 0, u(src), 4, IBV_WR_SEND },
+        { 0, u(src), 4, IBV_WR_RDMA_READ },
+    };
+
+    CHECK(p2 && smr && ro && other && dmr);
+    if (!p2 || !smr || !ro || !other || !dmr)
+        return;
+    memset(src, 's', page);
+    bad[0].lkey = smr->lkey + 1000;
+    bad[1].lkey = smr->lkey;
+    bad[2].lkey = other->lkey;
+    bad[3].lkey = ro->lkey;
+    wr.wr.rdma.rkey = dmr->rkey;
+    wr.wr.rdma.remote_addr = u(dst);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct outcome o;
+
+        sge = (struct ibv_sge){ .addr = bad[i].addr, .length = bad[i].len, .lkey = bad[i].lkey };
+        wr.opcode = bad[i].op;
+        o = one_request(RW_ALL, NULL, &wr, dst, page);
+        CHECKF(o.wc.status == IBV_WC_LOC_PROT_ERR && o.wc.wr_id == 5, "case %zu: %s", i,
+               ibv_wc_status_str(o.wc.status));
+        CHECKF(o.state[0] == IBV_QPS_ERR && o.state[1] == IBV_QPS_RTS, "case %zu: states %d %d", i,
+               o.state[0], o.state[1]);
+        CHECKF(o.tgt_untouched && src[0] == 's', "case %zu", i);
+    }
+    ibv_dereg_mr(smr);
+    ibv_dereg_mr(ro);
+    ibv_dereg_mr(other);
+    ibv_dereg_mr(dmr);
+    ibv_dealloc_pd(p2);
+    munmap(src, page);
+    munmap(dst, page);
+}
+
+/* The responder's checks: an unknown rkey, a range past the MR, an MR without
+ * REMOTE_WRITE (or REMOTE_READ), another PD's MR, a target QP that grants no remote
+ * write. The requester sees IBV_WC_REM_ACCESS_ERR; both QPs enter the error state; the
+ * target's memory is untouched. */
+static void test_qp_bad_rkey_is_remote_access_error(void)
+{
+    char *src = map_pages(1), *dst = map_pages(1);
+    struct ibv_pd *p2 = ibv_alloc_pd(ctx);
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, page, RW_ALL);
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, page, RW_ALL);
+    struct ibv_mr *lw = ibv_reg_mr(pd, dst, page, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *other = p2 ? ibv_reg_mr(p2, dst, page, RW_ALL) : NULL;
+    struct ibv_sge sge;
+    struct ibv_send_wr wr = { .wr_id = 6, .sg_list = &sge, .num_sge = 1 };
+    struct { uint32_t rkey; uint64_t addr; unsigned qp_access; enum ibv_wr_opcode op; } bad[] = {
+        { 0, u(dst), RW_ALL, IBV_WR_RDMA_WRITE },
+        { 0, u(dst) + page - 2, RW_ALL, IBV_WR_RDMA_WRITE },
+        { 0, u(dst), RW_ALL, IBV_WR_RDMA_WRITE },
+        { 0, u(dst), RW_ALL, IBV_WR_RDMA_READ },
+        { 0, u(dst), RW_ALL, IBV_WR_RDMA_WRITE },
+        { 0, u(dst), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ, IBV_WR_RDMA_WRITE },
+        { 0, u(dst), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, IBV_WR_RDMA_READ },
+    };
+
+    CHECK(p2 && smr && dmr && lw && other);
+    if (!p2 || !smr || !dmr || !lw || !other)
+        return;
+    memset(src, 's', page);
+    bad[0].rkey = dmr->rkey + 1000;
+    bad[1].rkey = dmr->rkey;
+    bad[2].rkey = lw->rkey;
+    bad[3].rkey = lw->rkey;
+    bad[4].rkey = other->rkey;
+    bad[5].rkey = bad[6].rkey = dmr->rkey;
+    sge = sge_at(smr, src, 4);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct outcome o;
+
+        wr.opcode = bad[i].op;
+        wr.wr.rdma.rkey = bad[i].rkey;
+        wr.wr.rdma.remote_addr = bad[i].addr;
+        memset(src + 8, 0, 8);
+        o = one_request(bad[i].qp_access, NULL, &wr, dst, page);
+        CHECKF(o.wc.status == IBV_WC_REM_ACCESS_ERR && o.wc.wr_id == 6, "case %zu: %s", i,
+               ibv_wc_status_str(o.wc.status));
+        CHECKF(o.state[0] == IBV_QPS_ERR && o.state[1] == IBV_QPS_ERR, "case %zu: states %d %d", i,
+               o.state[0], o.state[1]);
+        CHECKF(o.tgt_untouched, "case %zu", i);
+    }
+    ibv_dereg_mr(smr);
+    ibv_dereg_mr(dmr);
+    ibv_dereg_mr(lw);
+    ibv_dereg_mr(other);
+    ibv_dealloc_pd(p2);
+    munmap(src, page);
+    munmap(dst, page);
+}
+
+/* Failures of a SEND at the target: no receive posted (RNR, the target unaffected), a
+ * receive too small (LOC_LEN_ERR there, REM_INV_REQ_ERR here), a receive whose lkey is
+ * bad (LOC_PROT_ERR there, REM_OP_ERR here), a peer that is not connected back. */
+static void test_qp_send_failures_at_the_target(void)
+{
+    char *src = map_pages(1), *dst = map_pages(1);
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, page, RW_ALL);
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, page, RW_ALL);
+    struct ibv_sge ssge, rsge;
+    struct ibv_recv_wr recv = { .wr_id = 40, .sg_list = &rsge, .num_sge = 1 };
+    struct ibv_send_wr wr = { .wr_id = 41, .sg_list = &ssge, .num_sge = 1, .opcode = IBV_WR_SEND };
+    struct outcome o;
+    struct loop l;
+
+    CHECK(smr && dmr);
+    if (!smr || !dmr)
+        return;
+    memset(src, 's', page);
+    ssge = sge_at(smr, src, 8);
+    o = one_request(RW_ALL, NULL, &wr, dst, page);
+    CHECK(o.wc.status == IBV_WC_RNR_RETRY_EXC_ERR && o.wc.wr_id == 41 && (int)o.rwc.status == -1);
+    CHECK(o.state[0] == IBV_QPS_ERR && o.state[1] == IBV_QPS_RTS && o.tgt_untouched);
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.wr.rdma.rkey = dmr->rkey;
+    wr.wr.rdma.remote_addr = u(dst);
+    o = one_request(RW_ALL, NULL, &wr, dst, page);
+    CHECK(o.wc.status == IBV_WC_RNR_RETRY_EXC_ERR && o.tgt_untouched);
+
+    wr.opcode = IBV_WR_SEND;
+    rsge = sge_at(dmr, dst, 7);
+    o = one_request(RW_ALL, &recv, &wr, dst, page);
+    CHECK(o.wc.status == IBV_WC_REM_INV_REQ_ERR && o.rwc.status == IBV_WC_LOC_LEN_ERR &&
+          o.rwc.wr_id == 40);
+    CHECK(o.state[0] == IBV_QPS_ERR && o.state[1] == IBV_QPS_ERR);
+
+    rsge = sge_at(dmr, dst, 8);
+    rsge.lkey += 1000;
+    o = one_request(RW_ALL, &recv, &wr, dst, page);
+    CHECK(o.wc.status == IBV_WC_REM_OP_ERR && o.rwc.status == IBV_WC_LOC_PROT_ERR && o.tgt_untouched);
+    CHECK(o.state[0] == IBV_QPS_ERR && o.state[1] == IBV_QPS_ERR);
+
+    /* A peer connected elsewhere drops the requests: the requester gives up. */
+    CHECK(loop_open(&l, RW_ALL));
+    if (l.qp[1]) {
+        struct ibv_send_wr *bad;
+
+        CHECK(qp_move(l.qp[1], IBV_QPS_RESET) == 0 &&
+              qp_connect(l.qp[1], l.qp[1]->qp_num, RW_ALL) == 0);
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        CHECK(ibv_post_send(l.qp[0], &wr, &bad) == 0);
+        CHECK(poll_one(l.scq).status == IBV_WC_RETRY_EXC_ERR && dst[0] == 0);
+    }
+    loop_close(&l);
+    ibv_dereg_mr(smr);
+    ibv_dereg_mr(dmr);
+    munmap(src, page);
+    munmap(dst, page);
+}
+
+/* IBV_SEND_INLINE reads the sge addresses themselves when posting: no MR, no lkey. More
+ * than max_inline_data, or an inline READ, fails the post; the QP is unharmed. */
+static void test_qp_inline_data_needs_no_mr(void)
+{
+    char *dst = map_pages(1), msg[] = "inline!", big[QP_INLINE + 1] = { 0 };
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, page, RW_ALL);
+    struct ibv_sge sge = { .addr = u(msg), .length = 7, .lkey = 0xdead }, rsge;
+    struct ibv_send_wr wr = { .wr_id = 9, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+                              .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED },
+                       *bad = NULL;
+    struct loop l;
+
+    CHECK(dmr && loop_open(&l, RW_ALL));
+    if (!dmr || !l.qp[1])
+        return;
+    rsge = sge_at(dmr, dst, 16);
+    CHECK(post_recv_wr(l.qp[1], &rsge, 1, 10) == 0);
+    CHECK(ibv_post_send(l.qp[0], &wr, &bad) == 0);
+    CHECK(!memcmp(dst, "inline!", 7) && poll_one(l.rcq).byte_len == 7);
+    CHECK(poll_one(l.scq).status == IBV_WC_SUCCESS);
+    msg[0] = 'I';
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.wr.rdma.rkey = dmr->rkey;
+    wr.wr.rdma.remote_addr = u(dst) + 100;
+    CHECK(ibv_post_send(l.qp[0], &wr, &bad) == 0);
+    CHECK(!memcmp(dst + 100, "Inline!", 7) && poll_one(l.scq).status == IBV_WC_SUCCESS);
+
+    sge = (struct ibv_sge){ .addr = u(big), .length = sizeof(big) };
+    CHECK(ibv_post_send(l.qp[0], &wr, &bad) == EINVAL && bad == &wr);
+    sge.length = 4;
+    wr.opcode = IBV_WR_RDMA_READ;
+    bad = NULL;
+    CHECK(ibv_post_send(l.qp[0], &wr, &bad) == EINVAL && bad == &wr);
+    CHECK(ibv_poll_cq(l.scq, 1, &(struct ibv_wc){ 0 }) == 0 && qp_state(l.qp[0]) == IBV_QPS_RTS);
+    loop_close(&l);
+    ibv_dereg_mr(dmr);
+    munmap(dst, page);
+}
+
+/* A chain is taken in order; an invalid request (too many sges, an opcode the device
+ * lacks) stops it there: it fails the post, *bad_wr names it, what came before is done
+ * and what follows is not. Only signalled requests complete. */
+static void test_qp_chain_stops_at_invalid_request(void)
+{
+    char *src = map_pages(1), *dst = map_pages(1);
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, page, RW_ALL);
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, page, RW_ALL);
+    struct ibv_sge sge[3];
+    struct ibv_send_wr wr[3], *bad;
+    struct ibv_wc wc[4];
+    struct loop l;
+
+    CHECK(smr && dmr && loop_open(&l, RW_ALL));
+    if (!smr || !dmr || !l.qp[1])
+        return;
+    memcpy(src, "abc", 3);
+    for (int i = 0; i < 3; i++) {
+        sge[i] = sge_at(smr, src + i, 1);
+        wr[i] = (struct ibv_send_wr){ .wr_id = 60 + (uint64_t)i, .next = i < 2 ? &wr[i + 1] : NULL,
+                                      .sg_list = &sge[i], .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE };
+        wr[i].wr.rdma.rkey = dmr->rkey;
+        wr[i].wr.rdma.remote_addr = u(dst) + 10 * (uint64_t)i;
+    }
+    wr[2].send_flags = IBV_SEND_SIGNALED;
+    CHECK(ibv_post_send(l.qp[0], wr, &bad) == 0);
+    CHECK(dst[0] == 'a' && dst[10] == 'b' && dst[20] == 'c');
+    CHECK(ibv_poll_cq(l.scq, 4, wc) == 1 && wc[0].wr_id == 62);
+
+    memset(dst, 0, 32);
+    wr[1].num_sge = QP_SGE + 1;
+    CHECK(ibv_post_send(l.qp[0], wr, &bad) == EINVAL && bad == &wr[1]);
+    CHECK(dst[0] == 'a' && dst[10] == 0 && dst[20] == 0);
+    wr[1].num_sge = 1;
+    wr[1].opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    bad = NULL;
+    CHECK(ibv_post_send(l.qp[0], &wr[1], &bad) == EINVAL && bad == &wr[1] && dst[20] == 0);
+    CHECK(ibv_poll_cq(l.scq, 4, wc) == 0 && qp_state(l.qp[0]) == IBV_QPS_RTS);
+    loop_close(&l);
+    ibv_dereg_mr(smr);
+    ibv_dereg_mr(dmr);
+    munmap(src, page);
+    munmap(dst, page);
+}
+
+/* The send queue holds max_send_wr requests until a polled completion frees them (its own
+ * and the unsignalled ones before it), as on a real provider; posting before RTS fails,
+ * receiving works from INIT on. */
+static void test_qp_send_queue_frees_on_poll(void)
+{
+    char *buf = map_pages(1);
+    struct ibv_mr *mr = ibv_reg_mr(pd, buf, page, RW_ALL);
+    struct ibv_sge sge = sge_at(mr, buf, 1);
+    struct loop l = { .scq = ibv_create_cq(ctx, 8, NULL, NULL, 0),
+                      .rcq = ibv_create_cq(ctx, 8, NULL, NULL, 0) };
+    struct ibv_qp_attr init = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = RW_ALL };
+    struct ibv_wc wc;
+
+    l.qp[0] = l.scq && l.rcq ? qp_make(pd, &l, NULL, 2) : NULL;
+    l.qp[1] = l.qp[0] ? qp_make(pd, &l, NULL, 2) : NULL;
+    CHECK(mr && l.qp[1]);
+    if (!mr || !l.qp[1])
+        return;
+    CHECK(post_recv_wr(l.qp[1], &sge, 1, 1) == EINVAL); /* RESET */
+    CHECK(ibv_modify_qp(l.qp[1], &init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                            IBV_QP_ACCESS_FLAGS) == 0);
+    CHECK(post_recv_wr(l.qp[1], &sge, 1, 1) == 0);
+    CHECK(post_wr(l.qp[1], IBV_WR_RDMA_WRITE, &sge, 1, mr->rkey, u(buf), 0, 2) == EINVAL);
+    CHECK(qp_connect(l.qp[0], l.qp[1]->qp_num, RW_ALL) == 0);
+    CHECK(qp_move(l.qp[1], IBV_QPS_RESET) == 0);
+    CHECK(ibv_poll_cq(l.rcq, 1, &wc) == 0); /* RESET drops receives without completions */
+    CHECK(qp_connect(l.qp[1], l.qp[0]->qp_num, RW_ALL) == 0);
+
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, mr->rkey, u(buf), 0, 3) == 0);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, mr->rkey, u(buf), IBV_SEND_SIGNALED, 4) == 0);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, mr->rkey, u(buf), IBV_SEND_SIGNALED, 5) ==
+          ENOMEM);
+    CHECK(ibv_poll_cq(l.scq, 1, &wc) == 1 && wc.wr_id == 4);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, mr->rkey, u(buf), IBV_SEND_SIGNALED, 5) == 0);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, mr->rkey, u(buf), IBV_SEND_SIGNALED, 6) == 0);
+    CHECK(ibv_poll_cq(l.scq, 1, &wc) == 1 && wc.wr_id == 5);
+    /* RESET drops the QP's completions not polled yet and empties its send queue... */
+    CHECK(qp_move(l.qp[0], IBV_QPS_RESET) == 0);
+    CHECK(ibv_poll_cq(l.scq, 1, &wc) == 0);
+    CHECK(qp_connect(l.qp[0], l.qp[1]->qp_num, RW_ALL) == 0);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, mr->rkey, u(buf), IBV_SEND_SIGNALED, 7) == 0);
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, mr->rkey, u(buf), IBV_SEND_SIGNALED, 8) == 0);
+    /* ... and so does destroying it, as a provider cleans its CQs. */
+    CHECK(ibv_destroy_qp(l.qp[0]) == 0);
+    l.qp[0] = NULL;
+    CHECK(ibv_poll_cq(l.scq, 1, &wc) == 0);
+    loop_close(&l);
+    ibv_dereg_mr(mr);
+    munmap(buf, page);
+}
+
+/* The error state flushes: posted receives complete with IBV_WC_WR_FLUSH_ERR in order,
+ * and so does every later request on either queue. */
+static void test_qp_error_state_flushes(void)
+{
+    char *buf = map_pages(1);
+    struct ibv_mr *mr = ibv_reg_mr(pd, buf, page, RW_ALL);
+    struct ibv_sge sge = sge_at(mr, buf, 1);
+    struct ibv_wc wc[4];
+    struct loop l;
+
+    CHECK(mr && loop_open(&l, RW_ALL));
+    if (!mr || !l.qp[1])
+        return;
+    CHECK(post_recv_wr(l.qp[1], &sge, 1, 71) == 0 && post_recv_wr(l.qp[1], &sge, 1, 72) == 0);
+    CHECK(qp_move(l.qp[1], IBV_QPS_ERR) == 0);
+    CHECK(ibv_poll_cq(l.rcq, 4, wc) == 2 && wc[0].wr_id == 71 && wc[1].wr_id == 72 &&
+          wc[0].status == IBV_WC_WR_FLUSH_ERR && wc[1].status == IBV_WC_WR_FLUSH_ERR &&
+          wc[0].qp_num == l.qp[1]->qp_num);
+    CHECK(post_recv_wr(l.qp[1], &sge, 1, 73) == 0);
+    CHECK(ibv_poll_cq(l.rcq, 4, wc) == 1 && wc[0].wr_id == 73 && wc[0].status == IBV_WC_WR_FLUSH_ERR);
+    buf[0] = 'x';
+    CHECK(post_wr(l.qp[1], IBV_WR_RDMA_WRITE, &sge, 1, mr->rkey, u(buf) + 1, 0, 74) == 0);
+    CHECK(ibv_poll_cq(l.scq, 4, wc) == 1 && wc[0].wr_id == 74 && wc[0].status == IBV_WC_WR_FLUSH_ERR &&
+          buf[1] == 0);
+    /* A target in the error state answers nothing: the requester gives up. */
+    CHECK(post_wr(l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, mr->rkey, u(buf) + 1, 0, 75) == 0);
+    CHECK(ibv_poll_cq(l.scq, 4, wc) == 1 && wc[0].status == IBV_WC_RETRY_EXC_ERR && buf[1] == 0);
+    loop_close(&l);
+    ibv_dereg_mr(mr);
+    munmap(buf, page);
+}
+
+/* Receives posted to an SRQ serve every QP on it, oldest first; the QP that took one is
+ * named in its completion. */
+static void test_srq_serves_its_qps(void)
+{
+    char *src = map_pages(1), *dst = map_pages(1);
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, page, RW_ALL);
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, page, RW_ALL);
+    struct ibv_srq_init_attr sa = { .attr = { .max_wr = 2, .max_sge = 1 } };
+    struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+    struct loop a, b;
+    struct ibv_sge ssge, rsge[2];
+    struct ibv_recv_wr rwr[2], *rbad = NULL;
+    struct ibv_srq_attr qa;
+    struct ibv_wc wc;
+
+    CHECK(smr && dmr && srq && sa.attr.max_wr == 2);
+    if (!smr || !dmr || !srq)
+        return;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    a.scq = b.scq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+    a.rcq = b.rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+    a.qp[0] = qp_make(pd, &a, NULL, 4);
+    b.qp[0] = qp_make(pd, &a, NULL, 4);
+    a.qp[1] = qp_make(pd, &a, srq, 4);
+    b.qp[1] = qp_make(pd, &a, srq, 4);
+    CHECK(a.qp[0] && b.qp[0] && a.qp[1] && b.qp[1]);
+    if (!a.qp[0] || !b.qp[0] || !a.qp[1] || !b.qp[1])
+        return;
+    CHECK(qp_pair(a.qp[0], a.qp[1]));
+    CHECK(qp_pair(b.qp[0], b.qp[1]));
+    memcpy(src, "xy", 2);
+    for (int i = 0; i < 2; i++) {
+        rsge[i] = sge_at(dmr, dst + 100 * i, 1);
+        rwr[i] = (struct ibv_recv_wr){ .wr_id = 80 + (uint64_t)i, .next = i ? NULL : &rwr[1],
+                                       .sg_list = &rsge[i], .num_sge = 1 };
+    }
+    CHECK(ibv_post_srq_recv(srq, rwr, &rbad) == 0);
+    CHECK(ibv_post_srq_recv(srq, rwr, &rbad) == ENOMEM && rbad == rwr);
+    CHECK(post_recv_wr(a.qp[1], rsge, 1, 1) == EINVAL); /* a QP on an SRQ has no queue */
+
+    ssge = sge_at(smr, src, 1);
+    CHECK(post_wr(b.qp[0], IBV_WR_SEND, &ssge, 1, 0, 0, 0, 0) == 0);
+    ssge = sge_at(smr, src + 1, 1);
+    CHECK(post_wr(a.qp[0], IBV_WR_SEND, &ssge, 1, 0, 0, 0, 0) == 0);
+    CHECK(dst[0] == 'x' && dst[100] == 'y');
+    CHECK(ibv_poll_cq(a.rcq, 1, &wc) == 1 && wc.wr_id == 80 && wc.qp_num == b.qp[1]->qp_num);
+    CHECK(ibv_poll_cq(a.rcq, 1, &wc) == 1 && wc.wr_id == 81 && wc.qp_num == a.qp[1]->qp_num);
+    CHECK(post_wr(a.qp[0], IBV_WR_SEND, &ssge, 1, 0, 0, 0, 0) == 0);
+    CHECK(ibv_poll_cq(a.scq, 1, &wc) == 1 && wc.status == IBV_WC_RNR_RETRY_EXC_ERR);
+    /* The QP that errs flushes nothing of the SRQ's. */
+    CHECK(ibv_post_srq_recv(srq, rwr, &rbad) == 0);
+    CHECK(qp_move(a.qp[1], IBV_QPS_ERR) == 0);
+    CHECK(ibv_poll_cq(a.rcq, 1, &wc) == 0);
+
+    rwr[0].num_sge = 2;
+    rwr[0].next = NULL;
+    CHECK(ibv_post_srq_recv(srq, rwr, &rbad) == EINVAL && rbad == rwr);
+    CHECK(ibv_query_srq(srq, &qa) == 0 && qa.max_wr == 2 && qa.max_sge == 1 && qa.srq_limit == 0);
+    qa.srq_limit = 1;
+    CHECK(ibv_modify_srq(srq, &qa, IBV_SRQ_LIMIT) == 0);
+    CHECK(ibv_query_srq(srq, &qa) == 0 && qa.srq_limit == 1);
+    qa.srq_limit = 3;
+    CHECK(ibv_modify_srq(srq, &qa, IBV_SRQ_LIMIT) == EINVAL);
+    qa.max_wr = 4;
+    CHECK(ibv_modify_srq(srq, &qa, IBV_SRQ_MAX_WR) == EINVAL);
+    CHECK(ibv_destroy_srq(srq) == EBUSY);
+    CHECK(ibv_destroy_qp(b.qp[0]) == 0 && ibv_destroy_qp(b.qp[1]) == 0);
+    b.qp[0] = b.qp[1] = NULL;
+    b.scq = b.rcq = NULL;
+    loop_close(&a);
+    CHECK(ibv_destroy_srq(srq) == 0);
+    ibv_dereg_mr(smr);
+    ibv_dereg_mr(dmr);
+    munmap(src, page);
+    munmap(dst, page);
+}
+
+/* Extended QPs: the builders collect requests (each with qp->wr_id and qp->wr_flags as
+ * they were at its opcode) and wr_complete posts them all; an error in any builder, or
+ * wr_abort, posts none. */
+static void test_qp_ex_builders_post_all_or_none(void)
+{
+    char *src = map_pages(1), *dst = map_pages(1), msg[] = "copied";
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, page, RW_ALL);
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, page, RW_ALL);
+    struct ibv_sge list[QP_SGE + 1], rsge;
+    struct loop l = { .scq = ibv_create_cq(ctx, 16, NULL, NULL, 0),
+                      .rcq = ibv_create_cq(ctx, 16, NULL, NULL, 0) };
+    struct ibv_qp_init_attr_ex ax = {
+        .send_cq = l.scq, .recv_cq = l.rcq, .qp_type = IBV_QPT_RC,
+        .cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = QP_SGE, .max_recv_sge = 1,
+                 .max_inline_data = QP_INLINE },
+        .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
+        .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ,
+    };
+    struct ibv_qp_ex *x;
+    struct ibv_wc wc[4];
+
+    l.qp[0] = l.scq && l.rcq ? ibv_create_qp_ex(ctx, &ax) : NULL;
+    l.qp[1] = l.qp[0] ? qp_make(pd, &l, NULL, 8) : NULL;
+    x = l.qp[0] ? ibv_qp_to_qp_ex(l.qp[0]) : NULL;
+    CHECK(smr && dmr && x && l.qp[1] && &x->qp_base == l.qp[0]);
+    if (!smr || !dmr || !x || !l.qp[1])
+        return;
+    CHECK(ibv_qp_to_qp_ex(l.qp[1]) == NULL); /* made without send_ops_flags */
+    CHECK(qp_pair(l.qp[0], l.qp[1]));
+    memcpy(src, "built", 5);
+    rsge = sge_at(dmr, dst + 100, 16);
+    CHECK(post_recv_wr(l.qp[1], &rsge, 1, 90) == 0);
+
+    ibv_wr_start(x);
+    x->wr_id = 91;
+    x->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_rdma_write(x, dmr->rkey, u(dst));
+    ibv_wr_set_sge(x, smr->lkey, u(src), 5);
+    x->wr_id = 92;
+    ibv_wr_send(x);
+    ibv_wr_set_inline_data(x, msg, 6);
+    msg[0] = 'C'; /* inline data is copied when given */
+    x->wr_id = 93;
+    ibv_wr_rdma_read(x, dmr->rkey, u(dst));
+    list[0] = sge_at(smr, src + 200, 2);
+    list[1] = sge_at(smr, src + 300, 3);
+    ibv_wr_set_sge_list(x, 2, list);
+    CHECK(dst[0] == 0 && dst[100] == 0); /* nothing moves before wr_complete */
+    CHECK(ibv_wr_complete(x) == 0);
+    CHECK(!memcmp(dst, "built", 5) && !memcmp(dst + 100, "copied", 6));
+    CHECK(!memcmp(src + 200, "bu", 2) && !memcmp(src + 300, "ilt", 3));
+    CHECK(ibv_poll_cq(l.scq, 4, wc) == 3 && wc[0].wr_id == 91 && wc[1].wr_id == 92 &&
+          wc[2].wr_id == 93 && wc[1].opcode == IBV_WC_SEND && wc[2].opcode == IBV_WC_RDMA_READ &&
+          wc[2].byte_len == 5);
+    CHECK(ibv_poll_cq(l.rcq, 4, wc) == 1 && wc[0].wr_id == 90 && wc[0].byte_len == 6);
+
+    /* Too many sges in the second request: the first is not posted either. */
+    memset(dst, 0, 16);
+    ibv_wr_start(x);
+    ibv_wr_rdma_write(x, dmr->rkey, u(dst));
+    ibv_wr_set_sge(x, smr->lkey, u(src), 5);
+    ibv_wr_rdma_write(x, dmr->rkey, u(dst) + 8);
+    for (int i = 0; i <= QP_SGE; i++)
+        list[i] = sge_at(smr, src, 1);
+    ibv_wr_set_sge_list(x, QP_SGE + 1, list);
+    CHECK(ibv_wr_complete(x) == EINVAL);
+    ibv_wr_start(x);
+    ibv_wr_send(x);
+    ibv_wr_set_inline_data(x, src, QP_INLINE + 1);
+    CHECK(ibv_wr_complete(x) == EINVAL);
+    ibv_wr_start(x);
+    ibv_wr_rdma_write(x, dmr->rkey, u(dst));
+    ibv_wr_set_sge(x, smr->lkey, u(src), 5);
+    ibv_wr_abort(x);
+    CHECK(dst[0] == 0 && ibv_poll_cq(l.scq, 4, wc) == 0 && qp_state(l.qp[0]) == IBV_QPS_RTS);
+
+    /* More than the send queue holds: ENOMEM, nothing posted. */
+    ibv_wr_start(x);
+    for (int i = 0; i < 9; i++) {
+        ibv_wr_rdma_write(x, dmr->rkey, u(dst));
+        ibv_wr_set_sge(x, smr->lkey, u(src), 5);
+    }
+    CHECK(ibv_wr_complete(x) == ENOMEM && dst[0] == 0);
+
+    /* What the device lacks, create_qp_ex refuses. */
+    ax.send_ops_flags = IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP;
+    errno = 0;
+    CHECK(ibv_create_qp_ex(ctx, &ax) == NULL && errno == EOPNOTSUPP);
+    ax.send_ops_flags = IBV_QP_EX_WITH_SEND;
+    ax.comp_mask |= IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    errno = 0;
+    CHECK(ibv_create_qp_ex(ctx, &ax) == NULL && errno == EOPNOTSUPP);
+    loop_close(&l);
+    ibv_dereg_mr(smr);
+    ibv_dereg_mr(dmr);
+    munmap(src, page);
+    munmap(dst, page);
+}
+
+static struct ibv_qp *inherited_qp;
+static struct ibv_send_wr *inherited_wr;
+static int inherited_ret;
+
+static void post_on_inherited(void)
+{
+    struct ibv_send_wr *bad = NULL;
+
+    inherited_ret = ibv_post_send(inherited_qp, inherited_wr, &bad);
+    inherited_ret = bad == inherited_wr ? inherited_ret : -1;
+}
+
+/* A forked child cannot post on the QPs it inherited (EIO and a stderr line); the parent's
+ * memory and completions are untouched and its QPs keep working. */
+static void test_qp_fork_child_cannot_post(void)
+{
+    char *src = map_pages(1), *dst = map_pages(1);
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, page, RW_ALL);
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, page, RW_ALL);
+    struct ibv_sge sge = sge_at(smr, src, 5);
+    struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+                              .send_flags = IBV_SEND_SIGNALED };
+    struct ibv_wc wc;
+    struct loop l;
+    pid_t pid;
+
+    CHECK(smr && dmr && loop_open(&l, RW_ALL));
+    if (!smr || !dmr || !l.qp[1])
+        return;
+    memcpy(src, "child", 5);
+    wr.wr.rdma.rkey = dmr->rkey;
+    wr.wr.rdma.remote_addr = u(dst);
+    inherited_qp = l.qp[0];
+    inherited_wr = &wr;
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        char err[1024];
+
+        capture_stderr(post_on_inherited, err, sizeof(err));
+        _exit(inherited_ret == EIO && count_lines_with(err, "ibv_post_send") == 1 ? 0 : 1);
+    }
+    CHECK(wait_child(pid) == 0);
+    CHECK(dst[0] == 0 && ibv_poll_cq(l.scq, 1, &wc) == 0);
+    memcpy(src, "paren", 5);
+    CHECK(ibv_post_send(l.qp[0], &wr, &(struct ibv_send_wr *){ NULL }) == 0);
+    CHECK(!memcmp(dst, "paren", 5) && poll_one(l.scq).status == IBV_WC_SUCCESS);
+    loop_close(&l);
+    ibv_dereg_mr(smr);
+    ibv_dereg_mr(dmr);
+    munmap(src, page);
+    munmap(dst, page);
+}
+
 /* ---- pinning ---- */
 
 static void test_pinned_bytes_match_vmpin(void)
@@ -772,6 +1718,89 @@ static void test_threads_register_concurrently(void)
     }
     CHECK(stats().live_mrs == s0.live_mrs && stats().reg_calls == s0.reg_calls + 1600);
     CHECK(stats().pinned_bytes == s0.pinned_bytes);
+}
+
+/* A QP pair with a thread posting signalled RDMA WRITEs, waiting for room in the send
+ * queue, and another polling the completions that make the room. */
+struct qp_worker {
+    pthread_t poster, poller;
+    struct loop l;
+    char *buf; /* source in the first page, target in the second */
+    struct ibv_mr *mr;
+    int failures;
+};
+
+#define QP_WORKER_WRITES 500u
+
+static void *qp_poster_main(void *arg)
+{
+    struct qp_worker *w = arg;
+
+    for (uint32_t i = 0; i < QP_WORKER_WRITES; i++) {
+        uint32_t v = i * 2654435761u, slot = i % 64 * 4;
+        struct ibv_sge sge = sge_at(w->mr, w->buf + slot, 4);
+        int rc;
+
+        memcpy(w->buf + slot, &v, 4);
+        while ((rc = post_wr(w->l.qp[0], IBV_WR_RDMA_WRITE, &sge, 1, w->mr->rkey,
+                             u(w->buf) + page + slot, IBV_SEND_SIGNALED, i)) == ENOMEM)
+            sched_yield();
+        if (rc || memcmp(w->buf + page + slot, &v, 4))
+            w->failures++;
+    }
+    return NULL;
+}
+
+static void *qp_poller_main(void *arg)
+{
+    struct qp_worker *w = arg;
+    uint32_t next = 0;
+
+    while (next < QP_WORKER_WRITES) {
+        struct ibv_wc wc[8];
+        int n = ibv_poll_cq(w->l.scq, 8, wc);
+
+        if (n < 0)
+            w->failures++;
+        for (int i = 0; i < n; i++)
+            if (wc[i].status != IBV_WC_SUCCESS || wc[i].wr_id != next++)
+                w->failures++;
+        if (n <= 0)
+            sched_yield();
+    }
+    return NULL;
+}
+
+static void test_qp_threads_post_and_poll(void)
+{
+    struct qp_worker q[3] = { 0 };
+    struct worker r[2] = { 0 };
+
+    for (int i = 0; i < 3; i++) {
+        q[i].buf = map_pages(2);
+        q[i].mr = ibv_reg_mr(pd, q[i].buf, 2 * page, RW_ALL);
+        CHECK(q[i].mr && loop_open(&q[i].l, RW_ALL));
+        if (!q[i].mr || !q[i].l.qp[1])
+            return;
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_create(&q[i].poster, NULL, qp_poster_main, &q[i]);
+        pthread_create(&q[i].poller, NULL, qp_poller_main, &q[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_create(&r[i].tid, NULL, worker_main, &r[i]);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(r[i].tid, NULL);
+        CHECKF(r[i].failures == 0, "registering thread %d: %d failures", i, r[i].failures);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(q[i].poster, NULL);
+        pthread_join(q[i].poller, NULL);
+        CHECKF(q[i].failures == 0, "QP pair %d: %d failures", i, q[i].failures);
+        loop_close(&q[i].l);
+        ibv_dereg_mr(q[i].mr);
+        munmap(q[i].buf, 2 * page);
+    }
 }
 
 /* ---- fork ---- */
@@ -1186,6 +2215,20 @@ int main(int argc, char **argv)
     RUN(test_iova_differs_from_addr);
     RUN(test_stale_mr_writes_old_pages_after_remap);
     RUN(test_fresh_mr_after_remap_sees_writes);
+    RUN(test_qp_lifecycle_and_limits);
+    RUN(test_qp_rdma_write_and_read);
+    RUN(test_qp_stale_mr_moves_old_pages);
+    RUN(test_qp_send_scatters_into_oldest_receive);
+    RUN(test_qp_bad_lkey_is_local_protection_error);
+    RUN(test_qp_bad_rkey_is_remote_access_error);
+    RUN(test_qp_send_failures_at_the_target);
+    RUN(test_qp_inline_data_needs_no_mr);
+    RUN(test_qp_chain_stops_at_invalid_request);
+    RUN(test_qp_send_queue_frees_on_poll);
+    RUN(test_qp_error_state_flushes);
+    RUN(test_srq_serves_its_qps);
+    RUN(test_qp_ex_builders_post_all_or_none);
+    RUN(test_qp_fork_child_cannot_post);
     RUN(test_pinned_bytes_match_vmpin);
     if (!pin_short((1ULL << 30) + (1 << 20)))
         RUN(test_mr_larger_than_1gib);
@@ -1199,6 +2242,7 @@ int main(int argc, char **argv)
     RUN(test_rereg_access_and_pd);
     RUN(test_rereg_input_errors);
     RUN(test_threads_register_concurrently);
+    RUN(test_qp_threads_post_and_poll);
     RUN(test_fork_status_and_late_fork_init);
     RUN(test_fork_parent_keeps_pinned_pages);
     RUN(test_fork_child_has_own_nic);
