@@ -5,7 +5,8 @@
 # the terminal gets one line per passing command (its counts), and all of a failing
 # command's output (so the error output a passing test expects stays in the log). -v
 # prints everything. A command that exits non-zero without a "not ok" line counts as one
-# failure (a crash is a failure, never silence). "not ok - name # TODO why" is a known
+# failure (a crash is a failure, never silence), and so does one that prints no result
+# line at all (a test that ran nothing proves nothing). "not ok - name # TODO why" is a known
 # failure: counted as todo, not failed; an "ok" line with a TODO is listed (its failure
 # is gone). Ends with the skips counted by reason, the failed tests with the command and
 # log of each, and "N passed, N failed[, N skipped][, N todo]".
@@ -43,9 +44,11 @@ for cmd in "$@"; do
     sed -n 's/^ok - .*# SKIP //p' "$log" >>"$skips"
     while IFS= read -r l; do failed+=("$l ('$cmd', $log)"); done < <(grep '^not ok - ' "$log" | grep -v '# TODO' |
         sed 's/^not ok - //')
+    none=0
+    [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "$t" -eq 0 ] && none=1
     if [ $verbose -eq 1 ]; then
         tail -n +2 "$log"
-    elif [ "$rc" -ne 0 ] || [ "$f" -gt 0 ]; then
+    elif [ "$rc" -ne 0 ] || [ "$f" -gt 0 ] || [ $none -eq 1 ]; then
         echo "== $cmd"
         echo "# failed: the whole output of '$cmd' ($log):"
         tail -n +2 "$log"
@@ -56,6 +59,10 @@ for cmd in "$@"; do
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "not ok - '$cmd' exited with status $rc"
         failed+=("'$cmd' exited with status $rc ($log)")
+        fail=$((fail + 1))
+    elif [ $none -eq 1 ]; then
+        echo "not ok - '$cmd' printed no result line"
+        failed+=("'$cmd' printed no result line ($log)")
         fail=$((fail + 1))
     fi
 done

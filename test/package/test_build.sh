@@ -96,4 +96,10 @@ report runner_shows_output_of_a_crash $?
 [ "$(grep -A2 '^# skipped, by reason:$' "$tmp/runner.s" | tail -2 | tr '\n' '|')" = "#   2 x no x|#   1 x no y|" ] &&
     [ "$(tail -1 "$tmp/runner.s")" = "0 passed, 0 failed, 3 skipped" ]
 report runner_counts_skips_by_reason $?
+"$root/scripts/run-tests.sh" -- "echo 'nothing-%s'; exit 0" "echo 'ok - d'" >"$tmp/runner.n" 2>&1
+[ $? -ne 0 ] && grep -q "^not ok - 'echo 'nothing-%s'; exit 0' printed no result line$" "$tmp/runner.n" &&
+    grep -q 'nothing-%s' "$tmp/runner.n" && [ "$(tail -1 "$tmp/runner.n")" = "1 passed, 1 failed" ]
+r=$?
+[ $r -eq 0 ] || cat "$tmp/runner.n" >&2
+report runner_fails_a_command_with_no_result $r
 exit 0
