@@ -29,6 +29,7 @@
 #include "runtime/runtime.h"
 #include "runtime/state.h"
 #include "util/log.h"
+#include "util/stats.h"
 #include "util/sys.h"
 #include "util/thread.h"
 
@@ -69,6 +70,9 @@ static void *helper_main(void *arg)
      * Volatile: a malloc freed at once is otherwise compiled away. */
     void *volatile arena_probe = malloc(1);
     free(arena_probe);
+    /* Its statistics block too, mapped now for the same reason: the first count it makes
+     * may follow a program's munmap that it was woken for (runtime/inuse.c). */
+    (void)mrc_stats_block();
     unsigned idle = POLLS;
     for (;;) {
         uint32_t w;

@@ -10,8 +10,10 @@
  * Invariants: nothing changes for the program (its MRs stay what they were); the
  * cache's callback runs in hooks and only stores and, at most every WAKE_NS, wakes the
  * helper; reports are made outside hooks (the handle's deregistration, the helper,
- * exit), without a lock held across a registration. */
+ * exit), without a lock held across a registration; the helper names addresses by object
+ * and offset only (it must not allocate: see label_raw). */
 #include <errno.h>
+#include <stdint.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -133,12 +135,45 @@ static const char *change_of(enum mrc_inval_cause c)
     }
 }
 
+/* A return address as "object+0xoffset", from the loader's own table (no allocation,
+ * no lock): all the helper thread says. It never symbolizes: reading symbol tables
+ * allocates, and a mapping made then could land in the hole the program's change just
+ * left, which the program may be about to map again at a fixed address. */
+static void label_raw(uint64_t ip, char *out, size_t size)
+{
+    struct dl_find_object o;
+    if (ip && _dl_find_object((void *)(uintptr_t)ip, &o) == 0 && o.dlfo_link_map) {
+        const char *n = o.dlfo_link_map->l_name && *o.dlfo_link_map->l_name ? o.dlfo_link_map->l_name
+                                                                           : program_invocation_short_name;
+        const char *b = strrchr(n, '/');
+        snprintf(out, size, "%s+0x%lx", b ? b + 1 : n, (unsigned long)(ip - o.dlfo_link_map->l_addr));
+    } else {
+        snprintf(out, size, "0x%llx", (unsigned long long)ip);
+    }
+}
+
+static void label(uint64_t ip, char *out, size_t size)
+{
+    if (mrc_thread_ours)
+        label_raw(ip, out, size);
+    else
+        mrc_callsite_label(ip, out, size);
+}
+
 static void say_stack(const char *what, const uint64_t *ips, int n)
 {
     struct mrc_wbuf w;
     mrc_wbuf_init(&w, 2);
     mrc_wbuf_printf(&w, "libmrcache[%d]:   %s:\n", (int)getpid(), what);
-    mrc_callsite_write_stack(&w, ips, n, "libmrcache:     ");
+    if (mrc_thread_ours) {
+        char l[256];
+        for (int i = 0; i < n && ips[i]; i++) {
+            label_raw(ips[i], l, sizeof(l));
+            mrc_wbuf_printf(&w, "libmrcache:     %s\n", l);
+        }
+    } else {
+        mrc_callsite_write_stack(&w, ips, n, "libmrcache:     ");
+    }
     mrc_wbuf_flush(&w);
 }
 
@@ -156,7 +191,7 @@ void mrc_rt_inuse_held(const struct mrc_verbs_held *h, const struct mrc_inuse_re
     if (!first_from(h->caller) || mrc_log_level < MRC_LOG_WARN)
         return;
     char from[512];
-    mrc_callsite_label((uint64_t)(uintptr_t)h->caller, from, sizeof(from));
+    label((uint64_t)(uintptr_t)h->caller, from, sizeof(from));
     MRC_WARN("the program's MR lkey %#x rkey %#x over [%#llx, +%llu) outlived its memory: still registered, while "
              "the memory was %s (at [%#llx, %#llx]); RDMA through these keys reaches the old pages, not what is there "
              "now; registered from %s (more MRs from there are counted in inval_in_use only)",
