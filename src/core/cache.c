@@ -389,11 +389,11 @@ MRC_HOT static void settle_locked(struct mrc_cache *c)
         uint64_t k = mrc_itree_walk_run(c->parked[i].run, inval_one_locked, &b);
         inval_count_locked(c, &b, k);
         inval_stats(k, c->parked[i].cause);
-        if (b.in_use && c->parked[i].report) {
+        /* Recorded, not told: this thread is not the unmapper, and holds the lock; the
+         * gates and the helper read the pending word. */
+        if (b.in_use && c->parked[i].report)
             mrc_cache_in_use_note_locked(c, c->parked[i].first, c->parked[i].last, c->parked[i].seq,
                                          c->parked[i].cause);
-            mrc_cache_in_use_notify(c, c->parked[i].seq);
-        }
     }
     c->parked_bytes = 0;
     __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);

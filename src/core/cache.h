@@ -90,9 +90,9 @@ struct mrc_cache_params {
     void (*pinned_notice)(uint64_t bytes);
     /* Optional: called after an invalidation took memory from under a registration
      * someone holds (an entry in use, or one handed to its caller alone) and recorded
-     * it for mrc_cache_in_use_take under seq. From the invalidating thread (any hook),
-     * or a get or drain settling a parked run, with or without the cache lock: must not
-     * allocate, block or call into the cache. */
+     * it for mrc_cache_in_use_peek under seq. From the invalidating thread (any hook),
+     * without the cache lock (a parked run's holders are recorded when it is settled,
+     * untold): must not allocate, block or call into the cache. */
     void (*in_use)(void *arg, uint64_t seq);
     void *in_use_arg;
 };
@@ -269,10 +269,16 @@ static inline uint64_t mrc_cache_inval_mark(const struct mrc_cache *c)
     return __atomic_load_n(&c->inval_seq, __ATOMIC_ACQUIRE);
 }
 
-/* Whether in-use records wait for mrc_cache_in_use_take: one load. */
+/* Whether in-use records wait for mrc_cache_in_use_peek: one load. */
 static inline int mrc_cache_in_use_pending(const struct mrc_cache *c)
 {
     return __atomic_load_n(&c->inuse_pending, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* The same, or a parked run waits whose settling may record some: two loads. */
+static inline int mrc_cache_in_use_maybe(const struct mrc_cache *c)
+{
+    return mrc_cache_in_use_pending(c) || __atomic_load_n(&c->nparked, __ATOMIC_ACQUIRE) != 0;
 }
 
 /* Copies up to max waiting in-use records, oldest first, into out[], leaving them in

@@ -114,8 +114,10 @@ void mrc_cache_unmap_done(struct mrc_cache *c, uint64_t ticket, uint64_t addr, u
     if (!__atomic_load_n(&c->active, __ATOMIC_SEQ_CST))
         return;
     uint64_t m = __atomic_load_n(&c->misses, __ATOMIC_SEQ_CST);
+    /* Again for a miss that may have pinned the old pages; its holders were recorded by
+     * the first pass, and one registered since is not one that held the memory. */
     if ((ticket & 1) || (ticket >> 1) != m >> MRC_MISSES_INFLIGHT_BITS || (m & MRC_MISSES_INFLIGHT_MASK))
-        mrc_cache_unmap_begin(c, addr, len, cause);
+        begin(c, addr, len, cause, 0);
 }
 
 void mrc_cache_invalidate(struct mrc_cache *c, uint64_t addr, uint64_t len, enum mrc_inval_cause cause)

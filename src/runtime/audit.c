@@ -37,9 +37,11 @@ static int audit_abort;
 struct arec {
     void *pool_link;
     const struct ibv_mr *mr;      /* the program's handle */
+    const struct ibv_context *ctx;   /* lkeys are a device's: two devices reuse them */
     uint32_t lkey;
     uint32_t told;                /* FAULT_* bits said */
-    uint64_t first, last;         /* its own range */
+    uint64_t first, last;         /* its own range, in its iova space (what sges name) */
+    int64_t va_off;               /* virtual address - iova, for the changes (addresses) */
     uint64_t cfirst, clast;       /* memory that changed under it (cfirst > clast: none) */
     int cause;
     const void *caller;           /* its registration's return address */
@@ -50,7 +52,7 @@ enum { FAULT_STALE = 1, FAULT_OUTSIDE = 2 };
 
 #define BUCKETS 4096
 static struct arec *buckets[BUCKETS];
-static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_rwlock_t lock;   /* writers preferred (audit_init): posts never starve them */
 static struct mrc_pool recs;
 
 /* Unknown lkeys said so far. */
@@ -72,6 +74,7 @@ static struct hooked_ctx {
     int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
     int (*post_srq_recv)(struct ibv_srq *, struct ibv_recv_wr *, struct ibv_recv_wr **);
     struct ibv_qp *(*create_qp_ex)(struct ibv_context *, struct ibv_qp_init_attr_ex *);
+    int closed;                   /* ibv_close_device ran: a context at this address is new */
 } ctxs[MAX_CTX];
 static unsigned nctx;
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -124,20 +127,20 @@ static void fault(const char *verb, uint32_t lkey, uint64_t addr, uint32_t len, 
     }
 }
 
-static void check_sge(const char *verb, uint32_t lkey, uint64_t addr, uint32_t len)
+static void check_sge(const struct ibv_context *ctx, const char *verb, uint32_t lkey, uint64_t addr, uint32_t len)
 {
     if (!len)
         return;
     mrc_stat_add(MRC_STAT_AUDIT_CHECKS, 1);
     /* A change not yet matched to the MRs over it is, before this post is judged. */
-    if (mrc_cache_in_use_pending(&mrc_rt.cache))
+    if (mrc_cache_in_use_maybe(&mrc_rt.cache))
         mrc_rt_inuse_scan();
     uint64_t last = addr + len - 1;
     int kind = 0, known = 0;
     struct arec found = { 0 };
     pthread_rwlock_rdlock(&lock);
     for (struct arec *r = buckets[bucket_of(lkey)]; r; r = r->next) {
-        if (r->lkey != lkey)
+        if (r->lkey != lkey || (ctx && r->ctx != ctx))
             continue;
         known = 1;
         if (addr < r->first || last > r->last) {
@@ -147,7 +150,8 @@ static void check_sge(const char *verb, uint32_t lkey, uint64_t addr, uint32_t l
             }
             continue;
         }
-        kind = r->cfirst <= r->clast && r->cfirst <= last && addr <= r->clast ? FAULT_STALE : 0;
+        uint64_t va = addr + (uint64_t)r->va_off, va_last = last + (uint64_t)r->va_off;
+        kind = r->cfirst <= r->clast && r->cfirst <= va_last && va <= r->clast ? FAULT_STALE : 0;
         found = *r;
         if (!kind)
             break;   /* one MR of the program covers it with its memory unchanged */
@@ -158,10 +162,10 @@ static void check_sge(const char *verb, uint32_t lkey, uint64_t addr, uint32_t l
     char msg[512], from[256];
     if (!known) {
         pthread_rwlock_wrlock(&lock);
-        int said = 0;
+        int said = ntold_keys == TOLD_KEYS;   /* past that many, counted only */
         for (unsigned i = 0; i < ntold_keys && !said; i++)
             said = told_keys[i] == lkey;
-        if (!said && ntold_keys < TOLD_KEYS)
+        if (!said)
             told_keys[ntold_keys++] = lkey;
         pthread_rwlock_unlock(&lock);
         if (said) {
@@ -208,41 +212,41 @@ static int audit_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv
     for (struct ibv_send_wr *w = wr; w; w = w->next)
         if (!(w->send_flags & IBV_SEND_INLINE))
             for (int i = 0; i < w->num_sge; i++)
-                check_sge("ibv_post_send", w->sg_list[i].lkey, w->sg_list[i].addr, w->sg_list[i].length);
+                check_sge(qp->context, "ibv_post_send", w->sg_list[i].lkey, w->sg_list[i].addr, w->sg_list[i].length);
     return h->post_send(qp, wr, bad);
 }
 
-static void check_recv(const char *verb, const struct ibv_recv_wr *wr)
+static void check_recv(const struct ibv_context *ctx, const char *verb, const struct ibv_recv_wr *wr)
 {
     for (const struct ibv_recv_wr *w = wr; w; w = w->next)
         for (int i = 0; i < w->num_sge; i++)
-            check_sge(verb, w->sg_list[i].lkey, w->sg_list[i].addr, w->sg_list[i].length);
+            check_sge(ctx, verb, w->sg_list[i].lkey, w->sg_list[i].addr, w->sg_list[i].length);
 }
 
 static int audit_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
     struct hooked_ctx *h = ctx_of(qp->context);
-    check_recv("ibv_post_recv", wr);
+    check_recv(qp->context, "ibv_post_recv", wr);
     return h->post_recv(qp, wr, bad);
 }
 
 static int audit_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
     struct hooked_ctx *h = ctx_of(srq->context);
-    check_recv("ibv_post_srq_recv", wr);
+    check_recv(srq->context, "ibv_post_srq_recv", wr);
     return h->post_srq_recv(srq, wr, bad);
 }
 
 static void audit_wr_set_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32_t len)
 {
-    check_sge("ibv_wr_set_sge", lkey, addr, len);
+    check_sge(q->qp_base.context, "ibv_wr_set_sge", lkey, addr, len);
     qpx_slot(q, 0)->set_sge(q, lkey, addr, len);
 }
 
 static void audit_wr_set_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_sge *sg)
 {
     for (size_t i = 0; i < n; i++)
-        check_sge("ibv_wr_set_sge_list", sg[i].lkey, sg[i].addr, sg[i].length);
+        check_sge(q->qp_base.context, "ibv_wr_set_sge_list", sg[i].lkey, sg[i].addr, sg[i].length);
     qpx_slot(q, 0)->set_sge_list(q, n, sg);
 }
 
@@ -274,31 +278,34 @@ static struct ibv_qp *audit_create_qp_ex(struct ibv_context *c, struct ibv_qp_in
 
 static void hook_context(struct ibv_context *c)
 {
-    if (!c || ctx_of(c))
+    struct hooked_ctx *h = c ? ctx_of(c) : NULL;
+    if (!c || (h && !__atomic_load_n(&h->closed, __ATOMIC_ACQUIRE)))
         return;
     pthread_mutex_lock(&ctx_lock);
-    unsigned slot = 0;
-    while (slot < nctx && ctxs[slot].ctx)   /* a closed context's slot is taken again */
-        slot++;
-    if (!ctx_of(c) && slot < MAX_CTX) {
-        struct hooked_ctx *h = &ctxs[slot];
+    h = ctx_of(c);
+    if (!h && nctx < MAX_CTX)
+        h = &ctxs[nctx];
+    if (h && (h->ctx != c || h->closed)) {
+        /* The slot is filled before the ops point at the wrappers, which find it by ctx;
+         * a closed context's slot keeps serving a post that raced its close. */
         h->post_send = c->ops.post_send;
         h->post_recv = c->ops.post_recv;
         h->post_srq_recv = c->ops.post_srq_recv;
         struct verbs_context *v = verbs_get_ctx_op(c, create_qp_ex);
         h->create_qp_ex = v ? v->create_qp_ex : NULL;
+        __atomic_store_n(&h->closed, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&h->ctx, c, __ATOMIC_RELEASE);
-        if (slot == nctx)
+        if (h == &ctxs[nctx])
             __atomic_store_n(&nctx, nctx + 1, __ATOMIC_RELEASE);
         if (h->post_send)
-            c->ops.post_send = audit_post_send;
+            __atomic_store_n(&c->ops.post_send, audit_post_send, __ATOMIC_RELEASE);
         if (h->post_recv)
-            c->ops.post_recv = audit_post_recv;
+            __atomic_store_n(&c->ops.post_recv, audit_post_recv, __ATOMIC_RELEASE);
         if (h->post_srq_recv)
-            c->ops.post_srq_recv = audit_post_srq_recv;
+            __atomic_store_n(&c->ops.post_srq_recv, audit_post_srq_recv, __ATOMIC_RELEASE);
         if (v && h->create_qp_ex)
-            v->create_qp_ex = audit_create_qp_ex;
-    } else if (!ctx_of(c)) {
+            __atomic_store_n(&v->create_qp_ex, audit_create_qp_ex, __ATOMIC_RELEASE);
+    } else if (!h) {
         MRC_WARN("MRCACHE_AUDIT: more than %d device contexts: the posts of the others are not checked", MAX_CTX);
     }
     pthread_mutex_unlock(&ctx_lock);
@@ -309,16 +316,28 @@ void mrc_rt_audit_forget_context(struct ibv_context *c)
     pthread_mutex_lock(&ctx_lock);
     struct hooked_ctx *h = ctx_of(c);
     if (h) {
-        /* The context's memory goes with it; a later one at its address is hooked anew. */
         c->ops.post_send = h->post_send;
         c->ops.post_recv = h->post_recv;
         c->ops.post_srq_recv = h->post_srq_recv;
         struct verbs_context *v = verbs_get_ctx_op(c, create_qp_ex);
         if (v && h->create_qp_ex)
             v->create_qp_ex = h->create_qp_ex;
-        __atomic_store_n(&h->ctx, (struct ibv_context *)NULL, __ATOMIC_RELEASE);
+        __atomic_store_n(&h->closed, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&ctx_lock);
+    /* Its MRs went with it. */
+    pthread_rwlock_wrlock(&lock);
+    for (unsigned b = 0; b < BUCKETS; b++)
+        for (struct arec **p = &buckets[b]; *p;) {
+            struct arec *r = *p;
+            if (r->ctx == c) {
+                *p = r->next;
+                mrc_pool_put(&recs, r);
+            } else {
+                p = &r->next;
+            }
+        }
+    pthread_rwlock_unlock(&lock);
 }
 
 /* ---- the program's MRs ---- */
@@ -328,20 +347,27 @@ void mrc_rt_audit_init(int mode)
     if (mode == MRC_CFG_AUDIT_OFF)
         return;
     audit_abort = mode == MRC_CFG_AUDIT_ABORT;
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&lock, &a);
+    pthread_rwlockattr_destroy(&a);
     mrc_pool_init(&recs, sizeof(struct arec), 1);
     __atomic_store_n(&mrc_rt_audit_on, 1, __ATOMIC_RELEASE);
 }
 
-void mrc_rt_audit_reg(struct ibv_mr *mr)
+void mrc_rt_audit_reg(struct ibv_mr *mr, uint64_t iova, const void *va)
 {
     hook_context(mr->context);
     struct arec *r = mrc_pool_get(&recs);
     if (!r)
         return;
     r->mr = mr;
+    r->ctx = mr->context;
     r->lkey = mr->lkey;
-    r->first = (uintptr_t)mr->addr;
+    r->first = iova;
     r->last = r->first + (mr->length ? mr->length - 1 : 0);
+    r->va_off = (int64_t)((uintptr_t)va - iova);
     r->cfirst = 1;
     r->clast = 0;
     r->caller = mrc_verbs_tls_caller;
@@ -372,8 +398,10 @@ void mrc_rt_audit_changed(const struct ibv_mr *mr, uint64_t first, uint64_t last
     pthread_rwlock_wrlock(&lock);
     for (struct arec *r = buckets[bucket_of(mr->lkey)]; r; r = r->next)
         if (r->mr == mr && r->cfirst > r->clast) {
-            r->cfirst = first > r->first ? first : r->first;
-            r->clast = last < r->last ? last : r->last;
+            /* Addresses, clipped to the MR's own (its iova range moved by va_off). */
+            uint64_t lo = r->first + (uint64_t)r->va_off, hi = r->last + (uint64_t)r->va_off;
+            r->cfirst = first > lo ? first : lo;
+            r->clast = last < hi ? last : hi;
             r->cause = cause;
         }
     pthread_rwlock_unlock(&lock);
@@ -386,7 +414,11 @@ void mrc_rt_audit_child(void)
     /* The parent's records stay in the old pool's memory, unreachable. */
     memset(buckets, 0, sizeof(buckets));
     mrc_pool_init(&recs, sizeof(struct arec), 1);
-    pthread_rwlock_init(&lock, NULL);
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&lock, &a);
+    pthread_rwlockattr_destroy(&a);
     pthread_mutex_init(&ctx_lock, NULL);
     ntold_keys = 0;
 }

@@ -14,9 +14,11 @@ extern int mrc_rt_audit_on;
 /* At activation, with MRCACHE_AUDIT's value (enum mrc_cfg_audit). */
 void mrc_rt_audit_init(int mode);
 
-/* A registration of the program's succeeded (any route): mr is what it got. Its
- * context's post calls are checked from now on. Not from a hook. */
-void mrc_rt_audit_reg(struct ibv_mr *mr);
+/* A registration of the program's succeeded (any route): mr is what it got, over
+ * [va, +length) at iova (what its scatter/gather entries name; va NULL for device
+ * memory, whose changes nothing sees). Its context's post calls are checked from now
+ * on. Not from a hook. */
+void mrc_rt_audit_reg(struct ibv_mr *mr, uint64_t iova, const void *va);
 
 /* The program's MR that mr was, with this lkey, is gone (deregistered). */
 void mrc_rt_audit_dereg(const struct ibv_mr *mr, uint32_t lkey);

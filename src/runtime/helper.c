@@ -78,6 +78,8 @@ static void *helper_main(void *arg)
         uint32_t w;
         while (!(w = __atomic_exchange_n(wake_word, 0, __ATOMIC_SEQ_CST))) {
             mrc_rt_expire_due();
+            if (idle < POLLS)
+                mrc_rt_inuse_scan();   /* records the wake's throttle let pass, while polling */
             if (idle < POLLS) {
                 struct timespec poll = { 0, POLL_NS };
                 idle++;
@@ -100,7 +102,7 @@ static void *helper_main(void *arg)
             struct timespec watch = { 0, WATCH_NS };
             mrc_sys_futex(wake_word, FUTEX_WAIT, 0, &watch);
         }
-        if (w & WAKE_REFILL) {
+        if (w & (WAKE_REFILL | WAKE_INUSE)) {
             __atomic_store_n(&polling, 1, __ATOMIC_SEQ_CST);
             idle = 0;
         }

@@ -31,7 +31,9 @@
 #include "util/stats.h"
 #include "util/thread.h"
 
-#define WAKE_NS 100000000ull   /* a program unmapping held memory in a loop wakes it 10/s */
+/* A program unmapping held memory in a loop wakes it 10/s; a woken helper polls for the
+ * next 100 ms (helper.c), so what the throttle lets pass is found within that. */
+#define WAKE_NS 100000000ull
 #define SITES 64               /* call sites told so far; past them, every report is counted only */
 #define STACKS 16              /* the unmapping stacks of the latest records */
 #define STACK_DEPTH 8
@@ -207,7 +209,7 @@ void mrc_rt_inuse_held(const struct mrc_verbs_held *h, const struct mrc_inuse_re
 
 void mrc_rt_inuse_scan(void)
 {
-    if (!mrc_ready() || !mrc_cache_in_use_pending(&mrc_rt.cache))
+    if (!mrc_ready() || !mrc_cache_in_use_maybe(&mrc_rt.cache))
         return;
     pthread_mutex_lock(&scan_lock);
     for (int round = 0; round < 4; round++) {   /* bounded: records may keep coming */
@@ -231,6 +233,7 @@ void mrc_rt_inuse_child(void)
 {
     pthread_mutex_init(&scan_lock, NULL);
     memset(told, 0, sizeof(told));
+    memset(stacks, 0, sizeof(stacks));   /* the parent's numbers, not the child's */
     lost_told = 0;
     last_wake_ns = 0;
 }

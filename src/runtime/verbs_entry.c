@@ -52,7 +52,7 @@ static __attribute__((noinline, cold)) struct ibv_mr *reg_gated(struct ibv_pd *p
 {
     struct ibv_mr *mr = reg_route(pd, addr, len, iova, access);
     if (mr && __atomic_load_n(&mrc_rt_audit_on, __ATOMIC_ACQUIRE) && !mrc_verbs_in_reg())
-        mrc_rt_audit_reg(mr);
+        mrc_rt_audit_reg(mr, iova, addr);
     return mr;
 }
 
@@ -80,7 +80,7 @@ struct ibv_mr *mrc_rt_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t l
     }
     struct ibv_mr *mr = mrc_verbs_reg_dmabuf_mr(pd, offset, len, iova, fd, access, mrc_ready());
     if (mr && __atomic_load_n(&mrc_rt_audit_on, __ATOMIC_ACQUIRE))
-        mrc_rt_audit_reg(mr);
+        mrc_rt_audit_reg(mr, iova, NULL);
     return mr;
 }
 
@@ -129,10 +129,11 @@ int mrc_rt_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
         mrc_rt_fork_check();
     uint32_t lkey = mr ? mr->lkey : 0;
     int rc = mrc_verbs_rereg_mr(mrc_ready() ? &mrc_rt.verbs : NULL, mr, flags, pd, addr, len, access);
-    /* Changed or not, the MR is what it says now (a failed rereg may have changed it). */
-    if (mr && __atomic_load_n(&mrc_rt_audit_on, __ATOMIC_ACQUIRE)) {
+    /* Changed or not, the MR is what it says now (a failed rereg may have changed it);
+     * one refused as input (a deregistered handle, say) is not the program's. */
+    if (mr && rc != IBV_REREG_MR_ERR_INPUT && __atomic_load_n(&mrc_rt_audit_on, __ATOMIC_ACQUIRE)) {
         mrc_rt_audit_dereg(mr, lkey);
-        mrc_rt_audit_reg(mr);
+        mrc_rt_audit_reg(mr, (uintptr_t)mr->addr, mr->addr);
     }
     return rc;
 }

@@ -247,7 +247,9 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
      * what this catches. */
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE)
         return EINVAL;          /* deregistered already: never touch it twice */
-    __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_RELAXED);
+    /* Ordered before the loads of the in-use gate below: a scan that began after it
+     * skips h, one that began before is waited for. */
+    __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_SEQ_CST);
     if (h->fork_gen != *v->fork_gen) {
         /* Made by our parent before fork: its registration shares the device file with
          * the parent, which still uses it. Forget the handle, touch nothing. */
@@ -255,7 +257,7 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
         return 0;
     }
     if (h->entry) {
-        if (__builtin_expect(mrc_cache_in_use_pending(v->cache) || __atomic_load_n(&v->scanning, __ATOMIC_RELAXED), 0) &&
+        if (__builtin_expect(mrc_cache_in_use_maybe(v->cache) || __atomic_load_n(&v->scanning, __ATOMIC_SEQ_CST), 0) &&
             v->held)
             held_check_own(v, h);
         /* A registration the cache never shared (raced an unmap, MRCACHE_REMOTE=never)
@@ -433,4 +435,5 @@ void mrc_verbs_fork_parent(struct mrc_verbs *v)
 void mrc_verbs_fork_child(struct mrc_verbs *v)
 {
     mrc_pool_reset_lock(&v->handles);
+    v->scanning = 0;   /* a scan under way in the parent has no thread here */
 }

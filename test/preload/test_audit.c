@@ -59,6 +59,25 @@ static void test_correct_program_says_nothing(void)
     munmap(src, 4 * PG);
 }
 
+/* An MR whose iova is not its address (zero-based): its entries name iovas. */
+static void test_zero_based_mr_says_nothing(void)
+{
+    long long f0 = faults();
+    char *src = map_anon(NULL, 4 * PG, 0);
+    memset(src, 0x21, 4 * PG);
+    struct ibv_mr *mr = ibv_reg_mr_iova(pd, src, 4 * PG, 0, LOCAL);
+    CHECK(mr);
+    if (!mr)
+        return;
+    capture_begin();
+    int rc = rdma_loop_write(&lp, mr->lkey, (const void *)(uintptr_t)PG, (uintptr_t)dst, dst_mr->rkey, PG);
+    capture_end();
+    CHECKF(rc == 0 && dst[0] == 0x21, "the WRITE from iova %lu: %d, moved %d", PG, rc, dst[0]);
+    CHECKF(capture_count("MRCACHE_AUDIT") == 0 && faults() == f0, "said: %s", capture_said);
+    CHECK(ibv_dereg_mr(mr) == 0);
+    munmap(src, 4 * PG);
+}
+
 /* The memory went and came back under a kept MR: the NIC still reads the old pages. */
 static void test_post_after_the_memory_was_replaced(void)
 {
@@ -301,6 +320,7 @@ int main(int argc, char **argv)
     if (child)
         return abort_child();
     RUN(test_correct_program_says_nothing);
+    RUN(test_zero_based_mr_says_nothing);
     RUN(test_post_after_the_memory_was_replaced);
     RUN(test_pool_across_free_and_malloc);
     RUN(test_lkey_of_a_deregistered_mr);
