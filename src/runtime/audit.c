@@ -342,16 +342,22 @@ void mrc_rt_audit_forget_context(struct ibv_context *c)
 
 /* ---- the program's MRs ---- */
 
-void mrc_rt_audit_init(int mode)
+/* Writers preferred: threads posting all the time must not keep registrations out. */
+static void lock_init(void)
 {
-    if (mode == MRC_CFG_AUDIT_OFF)
-        return;
-    audit_abort = mode == MRC_CFG_AUDIT_ABORT;
     pthread_rwlockattr_t a;
     pthread_rwlockattr_init(&a);
     pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&lock, &a);
     pthread_rwlockattr_destroy(&a);
+}
+
+void mrc_rt_audit_init(int mode)
+{
+    if (mode == MRC_CFG_AUDIT_OFF)
+        return;
+    audit_abort = mode == MRC_CFG_AUDIT_ABORT;
+    lock_init();
     mrc_pool_init(&recs, sizeof(struct arec), 1);
     __atomic_store_n(&mrc_rt_audit_on, 1, __ATOMIC_RELEASE);
 }
@@ -414,11 +420,7 @@ void mrc_rt_audit_child(void)
     /* The parent's records stay in the old pool's memory, unreachable. */
     memset(buckets, 0, sizeof(buckets));
     mrc_pool_init(&recs, sizeof(struct arec), 1);
-    pthread_rwlockattr_t a;
-    pthread_rwlockattr_init(&a);
-    pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&lock, &a);
-    pthread_rwlockattr_destroy(&a);
+    lock_init();
     pthread_mutex_init(&ctx_lock, NULL);
     ntold_keys = 0;
 }
