@@ -199,6 +199,10 @@ static void held_check(struct mrc_verbs *v, struct mrc_handle *h, const struct m
         .mr = &h->mr, .addr = first, .len = h->mr.length, .lkey = h->mr.lkey, .rkey = h->mr.rkey,
         .access = h->access, .caller = h->caller, .site = h->leak.site,
     };
+    /* A scan's copy is whole only if h was still live after it: one deregistered (and
+     * perhaps reused) meanwhile was told, if at all, at its deregistration. */
+    if (!owned && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE)
+        return;
     v->held(&held, rec, v->held_arg);
 }
 
@@ -247,9 +251,7 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
      * what this catches. */
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE)
         return EINVAL;          /* deregistered already: never touch it twice */
-    /* Ordered before the loads of the in-use gate below: a scan that began after it
-     * skips h, one that began before is waited for. */
-    __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_RELAXED);
     if (h->fork_gen != *v->fork_gen) {
         /* Made by our parent before fork: its registration shares the device file with
          * the parent, which still uses it. Forget the handle, touch nothing. */
@@ -257,7 +259,9 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
         return 0;
     }
     if (h->entry) {
-        if (__builtin_expect(mrc_cache_in_use_maybe(v->cache) || __atomic_load_n(&v->scanning, __ATOMIC_SEQ_CST), 0) &&
+        /* A record stays pending until the scans that take it are over, so a handle
+         * whose memory went before this call is told here or by one of them. */
+        if (__builtin_expect(mrc_cache_in_use_maybe(v->cache) || __atomic_load_n(&v->scanning, __ATOMIC_RELAXED), 0) &&
             v->held)
             held_check_own(v, h);
         /* A registration the cache never shared (raced an unmap, MRCACHE_REMOTE=never)
