@@ -1,19 +1,17 @@
 /* verbs_ops.c - registers and deregisters through the real libibverbs entry points (on
- * demand where MRCACHE_ODP says: backend/odp.c; a miss prepares its memory first and
- * counts what it pinned: prepare.h), and says which access flags grant remote rights.
+ * demand where MRCACHE_ODP says, prefetching what is served so: backend/odp.c; a miss
+ * prepares its memory first and counts what it pinned: prepare.h), and says which access
+ * flags grant remote rights.
  * Invariants: calls only real functions, never our own hooks (no double counting, no
- * recursion into the cache); a range is watched by the userfaultfd source before the NIC
- * pins it, and unwatched once its registration failed, was deregistered (the cache never
- * deregisters in a hook) or left the cache for a caller of its own (mrc_verbs_disown); a
- * pd's implicit MR is never watched, and never deregistered here. */
+ * recursion into the cache); knows no source of memory events (the cache core has the
+ * ranges it registers watched: core/events.h); a pd's implicit MR is never deregistered
+ * here. */
 #include <errno.h>
 #include <infiniband/verbs.h>
 
 #include "backend/odp.h"
 #include "backend/prepare.h"
 #include "backend/verbs_ops.h"
-#include "monitor/patch.h"
-#include "monitor/uffd.h"
 #include "util/hot.h"
 #include "util/real.h"
 #include "util/stats.h"
@@ -25,9 +23,6 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
                              uint32_t access, void **reg)
 {
     (void)ctx;
-    /* A patcher that wrote over an entry point we rely on without making the page
-     * executable through our mprotect is found here, one entry point per miss. */
-    mrc_patch_check();
     struct ibv_mr *implicit;
     if (mrc_odp_implicit_get(domain, addr, len, iova, access, &implicit)) {
         /* Follows the mapping: nothing to watch, nothing stale after an unmap. */
@@ -37,16 +32,10 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
     }
     /* Huge pages and a parallel fault-in first (each off below its threshold). */
     mrc_prepare(addr, len, (access & WRITABLE) != 0);
-    /* Before the pinning: an unmap during the NIC call is then reported, and the cache's
-     * race check (mrc_cache_unmap_begin's ring) keeps the registration out of the tree. */
-    mrc_uffd_watch(addr, len);
     errno = 0;
     struct ibv_mr *mr = mrc_real.reg_mr_iova2(domain, (void *)(uintptr_t)addr, len, iova, access);
-    if (!mr) {
-        int err = errno ? -errno : -EINVAL;
-        mrc_uffd_unwatch(addr, len);
-        return err;
-    }
+    if (!mr)
+        return errno ? -errno : -EINVAL;
     mrc_prepare_account(addr, len);
     *reg = mr;
     return 0;
@@ -71,25 +60,26 @@ static int verbs_dereg(void *ctx, void *reg)
     (void)ctx;
     if (mrc_odp_implicit_put(reg))
         return 0;
-    /* The range as registered: libibverbs fills addr and length from the call, and an MR
-     * is rereg'd only once out of the cache (mrc_verbs_disown let its watch go then). */
-    struct ibv_mr *mr = reg;
-    uint64_t addr = (uintptr_t)mr->addr, len = mr->length;
-    int rc = mrc_real.dereg_mr(mr);
-    if (!rc)
-        mrc_uffd_unwatch(addr, len);
+    int rc = mrc_real.dereg_mr(reg);
     return rc ? -rc : 0;
 }
 
-void mrc_verbs_disown(struct ibv_mr *mr)
+static void verbs_prefetch(void *ctx, void *domain, void *reg, uint64_t iova, uint64_t len, uint32_t access)
 {
-    /* Its new owner deregisters it with the real ibv_dereg_mr, never through
-     * verbs_dereg: the watch verbs_reg made is let go here, or it would stay (the
-     * range's pages watched, its VMAs split) for the rest of the process. */
-    mrc_uffd_unwatch((uintptr_t)mr->addr, mr->length);
+    (void)ctx;
+    mrc_odp_prefetch(domain, ((struct ibv_mr *)reg)->lkey, iova, len, access);
 }
 
-const struct mrc_cache_ops mrc_verbs_ops = { .reg = verbs_reg, .reg_last = verbs_reg_last, .dereg = verbs_dereg };
+static void verbs_domain_flushed(void *ctx, void *domain)
+{
+    (void)ctx;
+    mrc_odp_release_pd(domain);   /* idle once the entries it served are gone */
+}
+
+const struct mrc_cache_ops mrc_verbs_ops = {
+    .reg = verbs_reg, .reg_last = verbs_reg_last, .dereg = verbs_dereg, .prefetch = verbs_prefetch,
+    .domain_flushed = verbs_domain_flushed,
+};
 
 void mrc_verbs_keys(const void *reg, uint32_t *lkey, uint32_t *rkey)
 {

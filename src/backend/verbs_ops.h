@@ -1,6 +1,6 @@
 /* verbs_ops.h - the cache's back-end over libibverbs: registration through the real
- * ibv_reg_mr_iova2, deregistration through the real ibv_dereg_mr, and the hand-over of
- * a registration the cache gives away. */
+ * ibv_reg_mr_iova2, deregistration through the real ibv_dereg_mr, prefetch of what is
+ * served on demand, and the access bits the cache must tell apart. */
 #ifndef MRC_VERBS_OPS_H
 #define MRC_VERBS_OPS_H
 
@@ -12,12 +12,6 @@ extern const struct mrc_cache_ops mrc_verbs_ops;
 
 /* The lkey and rkey of a registration mrc_verbs_ops made (the cache params' keys). */
 void mrc_verbs_keys(const void *reg, uint32_t *lkey, uint32_t *rkey);
-
-/* mr, a registration mrc_verbs_ops made, was handed out of the cache (mrc_cache_take):
- * lets go of what the back-end attached to it (the userfaultfd watch of its range).
- * Before mr is changed (rereg), while its addr and length are still as registered. Not
- * from a hook. */
-void mrc_verbs_disown(struct ibv_mr *mr);
 
 /* Access bits: remote ones (matched exactly) and those a local request may get more of. */
 uint32_t mrc_verbs_remote_mask(void);

@@ -118,6 +118,16 @@ MRC_HOT static void stats_ready(void)
     (void)mrc_stats_block();
 }
 
+static void nothing_to_check(void)
+{
+}
+
+static void nothing_to_watch(uint64_t addr, uint64_t len)
+{
+    (void)addr;
+    (void)len;
+}
+
 int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p)
 {
     if (!p->ops.reg || !p->ops.dereg || p->page_size == 0 || (p->page_size & (p->page_size - 1)))
@@ -128,6 +138,14 @@ int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p)
     static const uint32_t never;
     if (!c->p.admit_armed || !c->p.admit)
         c->p.admit_armed = &never;
+    if (!c->p.src.pending || !c->p.src.quiesce)
+        c->p.src.pending = &never;
+    if (!c->p.src.check)
+        c->p.src.check = nothing_to_check;
+    if (!c->p.src.watch || !c->p.src.unwatch) {
+        c->p.src.watch = nothing_to_watch;
+        c->p.src.unwatch = nothing_to_watch;
+    }
     if (!c->p.max_entry_bytes)
         c->p.max_entry_bytes = UINT64_MAX;
     if (!c->p.pinned_notice)
@@ -573,17 +591,23 @@ MRC_HOT static int raced_locked(struct mrc_cache *c, uint64_t seq0, uint64_t fir
     return 0;
 }
 
-/* Registers through the back-end, timing it for the statistics. Nothing is prefetched
- * when it returns: since insertions wait in the young set, prefetching what they touch
- * made misses 7-10% slower (make bench, row 6: docs/benchmarks.md). */
+/* Registers through the back-end, timing it for the statistics, its range watched from
+ * before the pin (an unmap during the NIC call is then seen, and raced_locked keeps the
+ * registration out of the tree). Nothing is prefetched when it returns: since
+ * insertions wait in the young set, prefetching what they touch made misses 7-10%
+ * slower (make bench, row 6: docs/benchmarks.md). */
 MRC_HOT static int backend_reg(struct mrc_cache *c, int last_try, void *domain, uint64_t first, uint64_t last,
                                int64_t iova_off, uint32_t access, void **reg)
 {
     uint64_t len = last - first + 1;
+    c->p.src.check();
+    c->p.src.watch(first, len);
     uint64_t t0 = mrc_ticks();
     int rc = (last_try ? c->p.ops.reg_last : c->p.ops.reg)(c->p.ops.ctx, domain, first, len,
                                                             first + (uint64_t)iova_off, access, reg);
     uint64_t dt = mrc_ticks_since(t0);
+    if (rc < 0 || rc == MRC_REG_SHARED)
+        c->p.src.unwatch(first, len);
     if (rc == 0 || rc == MRC_REG_UNPINNED) {
         mrc_hist_add(MRC_HIST_REGS, len, 1);
         mrc_hist_reg_time(len, dt);
@@ -834,7 +858,7 @@ static int get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64
     if (!e) {
         /* Counted as any deregistration; a refusal cannot be kept on the failed list,
          * which holds entries, and there is none. */
-        mrc_cache_backend_dereg(c, reg, rc == MRC_REG_SHARED);
+        mrc_cache_backend_dereg(c, reg, first, last - first + 1, rc == MRC_REG_SHARED);
         return -ENOMEM;
     }
     ST(&e->flags, MRC_E_PRIVATE);
@@ -846,8 +870,8 @@ static int get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64
     return 0;
 }
 
-MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
-                          uint32_t access, struct mrc_entry **out)
+MRC_HOT static inline int get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
+                               uint32_t access, struct mrc_entry **out)
 {
     if (len == 0 || addr + len - 1 < addr)
         return -EINVAL;
@@ -1005,6 +1029,20 @@ hit:
     return 0;
 }
 
+MRC_HOT int mrc_cache_get(struct mrc_cache *c, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
+                          uint32_t access, struct mrc_entry **out)
+{
+    /* An unmap a source has read but not yet published must be invalidated before the
+     * lookup: its unmapper may have returned and be registering the address again. */
+    if (__builtin_expect(__atomic_load_n(c->p.src.pending, __ATOMIC_ACQUIRE) != 0, 0))
+        c->p.src.quiesce();
+    int rc = get(c, domain, addr, len, iova, access, out);
+    /* Served on demand: the first access to each page would fault. */
+    if (__builtin_expect(rc == 0 && (*out)->unpinned != 0, 0) && c->p.ops.prefetch)
+        c->p.ops.prefetch(c->p.ops.ctx, domain, (*out)->reg, iova, len, access);
+    return rc;
+}
+
 /* The last reference of an entry out of the tree: ours to deregister. A private one the
  * back-end refuses stays the caller's if it can keep it (keep), with the error. */
 __attribute__((noinline)) static int release_last(struct mrc_cache *c, struct mrc_entry *e, int keep)
@@ -1114,6 +1152,19 @@ uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entr
 {
     uint64_t refused;
     return flush(c, match, arg, &refused);
+}
+
+static int of_domain(const struct mrc_entry *e, void *domain)
+{
+    return e->domain == domain;
+}
+
+uint64_t mrc_cache_flush_domain(struct mrc_cache *c, void *domain)
+{
+    uint64_t busy = mrc_cache_flush(c, of_domain, domain);
+    if (c->p.ops.domain_flushed)
+        c->p.ops.domain_flushed(c->p.ops.ctx, domain);
+    return busy;
 }
 
 /* Entries an expiry looks at per hold of the lock: a few microseconds of a miss's wait. */
@@ -1238,7 +1289,10 @@ int mrc_cache_take(struct mrc_cache *c, struct mrc_entry *e, void **reg)
             mrc_cache_held_remove_locked(c, e);
         pthread_mutex_unlock(&c->lock);
         if (ok) {
-            /* The registration is the caller's now: no longer the cache's to count. */
+            /* The registration is the caller's now: no longer the cache's to count or
+             * watch (its new owner deregisters it without the cache). */
+            if (e->unpinned != MRC_REG_SHARED)
+                c->p.src.unwatch(mrc_entry_start(e), mrc_entry_len(e));
             *reg = e->reg;
             mrc_cache_entry_free(c, e);
             return 0;

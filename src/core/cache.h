@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "core/itree.h"
-#include "monitor/sink.h"
+#include "core/events.h"
 #include "util/pool.h"
 #include "util/stats.h"
 
@@ -37,6 +37,14 @@ struct mrc_cache_ops {
      * the caller gets reg's error. */
     int (*reg_last)(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                     uint32_t access, void **reg);
+    /* Optional: a get is about to hand out reg, which pins nothing (MRC_REG_UNPINNED or
+     * MRC_REG_SHARED), for [iova, iova+len) with access: the back-end may have its pages
+     * faulted in ahead of the first access. Without the cache lock; must not call back
+     * into the cache. */
+    void (*prefetch)(void *ctx, void *domain, void *reg, uint64_t iova, uint64_t len, uint32_t access);
+    /* Optional: mrc_cache_flush_domain has deregistered domain's idle entries (its owner
+     * is about to free it): what the back-end keeps for the domain may go. */
+    void (*domain_flushed)(void *ctx, void *domain);
 };
 
 enum mrc_remote_policy {
@@ -46,6 +54,11 @@ enum mrc_remote_policy {
 
 struct mrc_cache_params {
     struct mrc_cache_ops ops;
+    /* What the core asks of the sources of memory events around its registrations: the
+     * range of each back-end registration watched from before its pin until it is gone
+     * (a shared one, MRC_REG_SHARED, let go at once: nothing of it is pinned), pending
+     * events flushed at every get, a check before each registration. */
+    struct mrc_event_sources src;
     uint64_t max_entries;        /* idle entries are evicted (LRU) past this many in the tree */
     uint64_t max_bytes;          /* ... or past this many registered bytes in the tree */
     uint64_t max_entry_bytes;    /* a request larger than this is never kept: registered for
@@ -318,6 +331,10 @@ void mrc_cache_refill(struct mrc_cache *c);
 uint64_t mrc_cache_flush(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg),
                          void *arg);
 
+/* The same for the entries of one domain, after which the back-end hears that the
+ * domain was flushed (ops.domain_flushed). Not from a hook. */
+uint64_t mrc_cache_flush_domain(struct mrc_cache *c, void *domain);
+
 /* Advances the idle clock by one tick and deregisters the idle entries (in the tree, no
  * user) not released during the last `ticks` ticks, and the deferred ones; the LRU's
  * order is kept. Called at a steady period P, an entry goes after between (ticks - 1) P
@@ -341,7 +358,8 @@ unsigned mrc_cache_largest(struct mrc_cache *c, struct mrc_cache_mr *out, unsign
 
 /* Takes e, which the caller holds, out of the cache if the caller alone holds it: 0, and
  * *reg is the back-end registration, the caller's from now on (to change or deregister
- * itself; the cache forgets it, its gauges included, and the caller's reference is gone);
+ * itself; the cache forgets it, its gauges included, its range is unwatched, and the
+ * caller's reference is gone);
  * -EBUSY if anyone else holds e (nothing changed). Not from a hook. */
 int mrc_cache_take(struct mrc_cache *c, struct mrc_entry *e, void **reg);
 

@@ -10,16 +10,18 @@
 
 #define FAILED_BACKOFF_MAX 4096   /* misses between two retries while refusals go on */
 
-int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg, int shared)
+int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg, uint64_t addr, uint64_t len, int shared)
 {
     if (shared)
-        return c->p.ops.dereg(c->p.ops.ctx, reg);
+        return c->p.ops.dereg(c->p.ops.ctx, reg);   /* its watch went at once */
     uint64_t t0 = mrc_ticks();
     int rc = c->p.ops.dereg(c->p.ops.ctx, reg);
     mrc_stat_add(MRC_STAT_REAL_DEREG_NS, mrc_ticks_since(t0));
     mrc_stat_add(MRC_STAT_REAL_DEREGS, 1);
     if (rc)
         mrc_stat_add(MRC_STAT_DEREG_FAILURES, 1);
+    else
+        c->p.src.unwatch(addr, len);
     return rc;
 }
 
@@ -33,7 +35,7 @@ void mrc_cache_entry_free(struct mrc_cache *c, struct mrc_entry *e)
 
 int mrc_cache_dereg_try(struct mrc_cache *c, struct mrc_entry *e)
 {
-    int rc = mrc_cache_backend_dereg(c, e->reg, e->unpinned == MRC_REG_SHARED);
+    int rc = mrc_cache_backend_dereg(c, e->reg, mrc_entry_start(e), mrc_entry_len(e), e->unpinned == MRC_REG_SHARED);
     if (!rc)
         mrc_cache_entry_free(c, e);
     return rc;

@@ -120,10 +120,11 @@ static inline void mrc_cache_in_use_notify(struct mrc_cache *c, uint64_t seq)
 
 /* ---- deregistration (cache_dereg.c; never under the lock, never in a hook) ---- */
 
-/* The back-end's deregistration of reg, timed and counted unless the back-end only let
- * go of a registration it shares (shared: what its reg returned, MRC_REG_SHARED): 0 or
- * its -errno. */
-int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg, int shared);
+/* The back-end's deregistration of reg, made over [addr, addr+len): timed and counted,
+ * and the range unwatched once it is gone, unless the back-end only let go of a
+ * registration it shares (shared: what its reg returned, MRC_REG_SHARED). 0 or its
+ * -errno. */
+int mrc_cache_backend_dereg(struct mrc_cache *c, void *reg, uint64_t addr, uint64_t len, int shared);
 
 /* A dead entry whose registration is no longer the cache's (deregistered, or handed to
  * a caller): out of the gauges, back to the pool. */

@@ -43,32 +43,19 @@ void mrc_uffd_set_drain(void (*drain)(void *arg), void *arg);
  * the source is on. Cheap once done. */
 int mrc_uffd_start(void);
 
-/* Set while the source is on: the one load a registration pays when it is not. Inline,
- * since an out-of-line call would put one more code page on every miss's path. */
-extern int mrc_uffd_watching;
-
 /* Watches the pages of [addr, addr+len) before they are registered: one more live
  * registration needs them. Never fails the registration: a range that cannot be watched
  * (file-backed memory, another userfaultfd, the VMA budget) is counted (uffd_unwatched)
  * and left to the other sources. Every call is matched by one mrc_uffd_unwatch of the
  * same range once the registration is gone (or failed). Keeps errno. */
-void mrc_uffd_watch_slow(uint64_t addr, uint64_t len);
-static inline void mrc_uffd_watch(uint64_t addr, uint64_t len)
-{
-    if (__builtin_expect(__atomic_load_n(&mrc_uffd_watching, __ATOMIC_ACQUIRE), 0))
-        mrc_uffd_watch_slow(addr, len);
-}
+void mrc_uffd_watch(uint64_t addr, uint64_t len);
 
 /* The registration watched with mrc_uffd_watch(addr, len) is gone: the pages no other
  * live registration needs leave the kernel's registration (their VMAs merge again). It
  * takes the address space's write lock (UFFDIO_UNREGISTER): never from an unmap hook,
- * only where a deregistration may happen. Keeps errno. */
-void mrc_uffd_unwatch_slow(uint64_t addr, uint64_t len);
-static inline void mrc_uffd_unwatch(uint64_t addr, uint64_t len)
-{
-    if (__builtin_expect(__atomic_load_n(&mrc_uffd_watching, __ATOMIC_ACQUIRE), 0))
-        mrc_uffd_unwatch_slow(addr, len);
-}
+ * only where a deregistration may happen. Keeps errno. Both cost one load while the
+ * source is off. */
+void mrc_uffd_unwatch(uint64_t addr, uint64_t len);
 
 /* Whether the source is on, or configured and not yet started (it starts at the first
  * registration). */

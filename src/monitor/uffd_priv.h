@@ -9,6 +9,8 @@
 #include <stdint.h>
 
 enum { MRC_UFFD_OFF = -1, MRC_UFFD_UNSTARTED = 0, MRC_UFFD_ON = 1 };
+/* Set while the source is on: all a watch or unwatch reads while it is not. */
+extern int mrc_uffd_watching;
 extern int mrc_uffd_state;
 
 /* Serialises every UFFDIO_REGISTER and UFFDIO_UNREGISTER libmrcache makes, the counts

@@ -197,10 +197,10 @@ void mrc_uffd_watch_init(void)
 
 /* ---- watching ---- */
 
-void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
+void mrc_uffd_watch(uint64_t addr, uint64_t len)
 {
     uint64_t start, end;
-    if (!page_span(addr, len, &start, &end))
+    if (!__atomic_load_n(&mrc_uffd_watching, __ATOMIC_ACQUIRE) || !page_span(addr, len, &start, &end))
         return;
     int saved = errno, err = 0;
     pthread_mutex_lock(&mrc_uffd_lock);
@@ -221,10 +221,10 @@ void mrc_uffd_watch_slow(uint64_t addr, uint64_t len)
     errno = saved;
 }
 
-void mrc_uffd_unwatch_slow(uint64_t addr, uint64_t len)
+void mrc_uffd_unwatch(uint64_t addr, uint64_t len)
 {
     uint64_t start, end;
-    if (!page_span(addr, len, &start, &end))
+    if (!__atomic_load_n(&mrc_uffd_watching, __ATOMIC_ACQUIRE) || !page_span(addr, len, &start, &end))
         return;
     int saved = errno;
     pthread_mutex_lock(&mrc_uffd_lock);

@@ -13,7 +13,7 @@
 #include <sys/types.h>
 
 #include "monitor/maps.h"
-#include "monitor/sink.h"
+#include "core/events.h"
 #include "util/interposed.h"
 #include "util/sys.h"       /* MRC_MREMAP_NEW_ADDR */
 

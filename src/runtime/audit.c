@@ -113,7 +113,7 @@ static struct hooked_qpx *qpx_slot(const struct ibv_qp_ex *q, int make)
 
 static const char *change_word(int cause)
 {
-    return cause >= 0 && cause < MRC_INVAL_LAST ? mrc_inval_cause_names[cause] : "changed";
+    return cause >= 0 && cause < MRC_INVAL_LAST ? mrc_inval_cause_name((enum mrc_inval_cause)cause) : "changed";
 }
 
 static void fault(const char *verb, uint32_t lkey, uint64_t addr, uint32_t len, const char *what)

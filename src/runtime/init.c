@@ -320,6 +320,13 @@ static void activate(void)
         .admit_armed = &mrc_maps.interest,
         .admit = mrc_rt_admit,
         .keys = mrc_verbs_keys,
+        .src = {
+            .pending = &mrc_uffd_busy,
+            .quiesce = mrc_uffd_quiesce_wait,
+            .check = mrc_patch_check,
+            .watch = mrc_uffd_watch,
+            .unwatch = mrc_uffd_unwatch,
+        },
     };
     if (mrc_rt_expand_init(mrc_rt.cfg.expand, max_bytes, p.page_size))
         p.expand = mrc_rt_expand;

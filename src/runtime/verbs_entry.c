@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 
+#include "backend/odp.h"
 #include "backend/verbs_ops.h"
 #include "runtime/audit.h"
 #include "runtime/runtime.h"
@@ -156,6 +157,7 @@ int mrc_rt_close_device(struct ibv_context *ctx)
     if (mrc_ready()) {
         mrc_rt_fork_check();
         mrc_verbs_flush_context(&mrc_rt.verbs, ctx);
+        mrc_odp_forget_context(ctx);   /* the device's capabilities, known from its first miss */
     }
     if (__atomic_load_n(&mrc_rt_audit_on, __ATOMIC_ACQUIRE))
         mrc_rt_audit_forget_context(ctx);

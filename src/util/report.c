@@ -163,8 +163,8 @@ static void write_text(struct buf *b, const struct mrc_report *r)
         (unsigned long long)v[MRC_STAT_EVICTIONS], (unsigned long long)v[MRC_STAT_EXPIRED],
         (unsigned long long)v[MRC_STAT_ENOMEM_RETRIES], (unsigned long long)v[MRC_STAT_REG_FAILURES]);
     put(b, "  invalidated %llu:", (unsigned long long)v[MRC_STAT_INVALIDATED]);
-    for (int i = 0; i < MRC_INVAL_LAST; i++)
-        put(b, " %s %llu", mrc_inval_cause_names[i], (unsigned long long)v[MRC_STAT_INVAL_BASE + i]);
+    for (int i = 0; i < MRC_STAT_INVAL_CAUSES; i++)
+        put(b, " %s %llu", mrc_stat_names[MRC_STAT_INVAL_BASE + i] + sizeof "inval_" - 1, (unsigned long long)v[MRC_STAT_INVAL_BASE + i]);
     put(b, "\n  deferred deregistrations %llu, raced misses %llu\n", (unsigned long long)v[MRC_STAT_DEFERRED],
         (unsigned long long)v[MRC_STAT_RACED]);
     if (v[MRC_STAT_INVAL_IN_USE])

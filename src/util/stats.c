@@ -61,21 +61,18 @@ const char *const mrc_stat_names[MRC_STAT_LAST] = {
     [MRC_STAT_AUDIT_CHECKS] = "audit_checks",
     [MRC_STAT_AUDIT_FAULTS] = "audit_faults",
     [MRC_STAT_INVALIDATED] = "invalidated",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_MUNMAP] = "inval_munmap",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_MREMAP] = "inval_mremap",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_MADVISE] = "inval_madvise",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_MMAP_FIXED] = "inval_mmap_fixed",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_SHM] = "inval_shm",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_BRK] = "inval_brk",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_FREE] = "inval_free",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_TRIM] = "inval_trim",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_API] = "inval_api",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_SOURCE_LOST] = "inval_source_lost",
-    [MRC_STAT_INVAL_BASE + MRC_INVAL_FILE] = "inval_file",
-};
-
-const char *const mrc_inval_cause_names[MRC_INVAL_LAST] = {
-    "munmap", "mremap", "madvise", "mmap_fixed", "shm", "brk", "free", "trim", "api", "source_lost", "file",
+    /* In the order of the causes (core/events.h), which name themselves by these. */
+    [MRC_STAT_INVAL_BASE + 0] = "inval_munmap",
+    [MRC_STAT_INVAL_BASE + 1] = "inval_mremap",
+    [MRC_STAT_INVAL_BASE + 2] = "inval_madvise",
+    [MRC_STAT_INVAL_BASE + 3] = "inval_mmap_fixed",
+    [MRC_STAT_INVAL_BASE + 4] = "inval_shm",
+    [MRC_STAT_INVAL_BASE + 5] = "inval_brk",
+    [MRC_STAT_INVAL_BASE + 6] = "inval_free",
+    [MRC_STAT_INVAL_BASE + 7] = "inval_trim",
+    [MRC_STAT_INVAL_BASE + 8] = "inval_api",
+    [MRC_STAT_INVAL_BASE + 9] = "inval_source_lost",
+    [MRC_STAT_INVAL_BASE + 10] = "inval_file",
 };
 
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;

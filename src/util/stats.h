@@ -7,21 +7,9 @@
 
 #include <stdint.h>
 
-/* Why entries were invalidated: one counter each (MRC_STAT_INVAL_BASE + cause). */
-enum mrc_inval_cause {
-    MRC_INVAL_MUNMAP,
-    MRC_INVAL_MREMAP,
-    MRC_INVAL_MADVISE,
-    MRC_INVAL_MMAP_FIXED,
-    MRC_INVAL_SHM,
-    MRC_INVAL_BRK,
-    MRC_INVAL_FREE,      /* free/realloc of a chunk the allocator gives back with munmap/mremap */
-    MRC_INVAL_TRIM,      /* heap trimming inside free, malloc_trim */
-    MRC_INVAL_API,       /* asked for by the program or the tests */
-    MRC_INVAL_SOURCE_LOST,   /* everything, when an unmap source is lost (a patch given up) */
-    MRC_INVAL_FILE,      /* pages of a mapped file dropped: truncation, fallocate */
-    MRC_INVAL_LAST
-};
+/* One counter per cause of invalidation (core/events.h names them), from
+ * MRC_STAT_INVAL_BASE in the causes' order. */
+#define MRC_STAT_INVAL_CAUSES 11
 
 enum mrc_stat {
     MRC_STAT_REQUESTS,        /* registrations asked of the cache (*) */
@@ -76,7 +64,7 @@ enum mrc_stat {
     MRC_STAT_AUDIT_FAULTS,    /* ... that no MR of the program covers with its memory unchanged */
     MRC_STAT_INVALIDATED,     /* entries invalidated, all causes */
     MRC_STAT_INVAL_BASE,
-    MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_INVAL_LAST
+    MRC_STAT_LAST = MRC_STAT_INVAL_BASE + MRC_STAT_INVAL_CAUSES
 };
 /* (*) Never counted directly: mrc_stats_sum adds them up from the histogram, which
  * counts the same events per size, so a registration writes one line of statistics
@@ -103,7 +91,6 @@ struct mrc_stats_block {
 };
 
 extern const char *const mrc_stat_names[MRC_STAT_LAST];
-extern const char *const mrc_inval_cause_names[MRC_INVAL_LAST];
 
 /* The calling thread's block (made on first use). Never NULL: falls back to a shared
  * block if no memory can be had, so counting cannot fail. */

@@ -10,9 +10,6 @@
 #include <infiniband/verbs.h>
 #include <string.h>
 
-#include "backend/odp.h"
-#include "backend/verbs_ops.h"
-#include "monitor/uffd.h"
 #include "util/callsite.h"
 #include "util/hot.h"
 #include "util/leaks.h"
@@ -130,11 +127,6 @@ struct ibv_mr *mrc_verbs_reg_uncached(struct ibv_pd *pd, void *addr, size_t len,
 MRC_HOT struct ibv_mr *mrc_verbs_reg_mr(struct mrc_verbs *v, struct ibv_pd *pd, void *addr, size_t len,
                                         uint64_t iova, unsigned int access)
 {
-    /* An unmap the userfaultfd handler has read but not yet invalidated (its unmapper
-     * already returned, e.g. from a raw syscall, and may be registering the address
-     * again) must be invalidated before the lookup. One load while the handler is idle. */
-    mrc_uffd_quiesce();
-
     struct mrc_handle *h = handle_alloc(v);
     if (!h) {
         errno = ENOMEM;
@@ -161,9 +153,6 @@ MRC_HOT struct ibv_mr *mrc_verbs_reg_mr(struct mrc_verbs *v, struct ibv_pd *pd, 
     h->fork_gen = *v->fork_gen;
     h->caller = mrc_verbs_tls_caller;
     h->mark = mrc_cache_inval_mark(v->cache);
-    /* Served on demand: the first access to each page would fault. */
-    if (__builtin_expect(e->unpinned != 0, 0))
-        mrc_odp_prefetch(pd, h->mr.lkey, iova, len, access);
     int hit;
     struct mrc_callsite *site = mrc_callsite_count(len, mark, &hit);
     mrc_leaks_on_create(&h->leak, len, site, hit);
@@ -319,7 +308,7 @@ static int rereg_cached(struct mrc_verbs *v, struct mrc_handle *h, int flags, st
     if (!flags)
         return mrc_real.rereg_mr(real, flags, pd, addr, len, access);   /* refused before any change */
     int trans = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
-    uint32_t remote = mrc_verbs_remote_mask(), entry_access = e->access;
+    uint32_t remote = v->cache->p.remote_mask, entry_access = e->access;
     uint32_t new_access = flags & IBV_REREG_MR_CHANGE_ACCESS ? (uint32_t)access : h->access;
     int exact = mrc_entry_start(e) == (uintptr_t)h->mr.addr && mrc_entry_len(e) == h->mr.length &&
                 e->iova_off == (int64_t)(h->iova - (uintptr_t)h->mr.addr);
@@ -327,7 +316,6 @@ static int rereg_cached(struct mrc_verbs *v, struct mrc_handle *h, int flags, st
     /* A pd's implicit MR serves other handles too: never taken, never changed. */
     if (e->unpinned != MRC_REG_SHARED && (exact || trans || !(new_access & remote)) &&
         mrc_cache_take(v->cache, e, &taken) == 0) {
-        mrc_verbs_disown(taken);
         h->entry = NULL;
         h->priv = taken;
         /* An entry with more local rights than asked for served this handle: the MR
@@ -391,11 +379,6 @@ int mrc_verbs_rereg_mr(struct mrc_verbs *v, struct ibv_mr *mr, int flags, struct
     return rc;
 }
 
-static int match_pd(const struct mrc_entry *e, void *pd)
-{
-    return e->domain == pd;
-}
-
 static int match_context(const struct mrc_entry *e, void *ctx)
 {
     return ((struct ibv_mr *)e->reg)->context == ctx;
@@ -403,16 +386,12 @@ static int match_context(const struct mrc_entry *e, void *ctx)
 
 uint64_t mrc_verbs_flush_pd(struct mrc_verbs *v, struct ibv_pd *pd)
 {
-    uint64_t busy = mrc_cache_flush(v->cache, match_pd, pd);
-    mrc_odp_release_pd(pd);   /* idle once the entries it served are gone */
-    return busy;
+    return mrc_cache_flush_domain(v->cache, pd);
 }
 
 uint64_t mrc_verbs_flush_context(struct mrc_verbs *v, struct ibv_context *ctx)
 {
-    uint64_t busy = mrc_cache_flush(v->cache, match_context, ctx);
-    mrc_odp_forget_context(ctx);
-    return busy;
+    return mrc_cache_flush(v->cache, match_context, ctx);
 }
 
 void mrc_verbs_set_reserve(struct mrc_verbs *v, void (*low)(void *arg), void *arg)

@@ -1,8 +1,9 @@
 #!/bin/sh
 # test_layers.sh - the layer check must pass on the tree and its library, and fail on each
 # kind of planted break, in a scratch copy of src/: an include from a layer above (the
-# cache core reaching into the runtime), a folder that is no layer, verbs in the cache
-# core, the program including a hook's header, a system call outside util/sys.c; and in
+# cache core reaching into the runtime, or into a source of memory events, whose contract
+# it owns), an include from a layer beside (the verbs front-end reaching into the
+# back-end past the cache), a folder that is no layer, verbs in the cache core, the program including a hook's header, a system call outside util/sys.c; and in
 # the library: a PLT call of an interposed function (a small object that calls its own
 # close), and free's call through the PLT once the table no longer marks it deliberate.
 # Usage: test_layers.sh LIB (the library built from src/).
@@ -31,6 +32,14 @@ if check "$here/src" "$lib"; then echo "ok - layers_tree_passes"; else cat "$tmp
 plant up
 sed -i '0,/#include "core\/cache.h"/s//#include "core\/cache.h"\n#include "runtime\/state.h"/' "$tmp/up/core/cache.c"
 expect_refused layers_upward_include_fails 'core/cache.c:[0-9]*: includes "runtime/state.h": runtime is above core' "$tmp/up"
+
+plant source
+sed -i '0,/#include "core\/cache.h"/s//#include "core\/cache.h"\n#include "monitor\/uffd.h"/' "$tmp/source/core/cache.c"
+expect_refused layers_core_into_source_fails 'core/cache.c:[0-9]*: includes "monitor/uffd.h": monitor is above core' "$tmp/source"
+
+plant beside
+sed -i '0,/#include "util\/callsite.h"/s//#include "util\/callsite.h"\n#include "backend\/verbs_ops.h"/' "$tmp/beside/verbs/mr.c"
+expect_refused layers_frontend_beside_backend_fails 'verbs/mr.c:[0-9]*: includes "backend/verbs_ops.h": backend stands beside verbs' "$tmp/beside"
 
 plant folder
 mkdir "$tmp/folder/misc" && printf '/* a file in no layer */\n' >"$tmp/folder/misc/x.c"

@@ -71,7 +71,7 @@ static void setup_with(uint64_t max_entries, uint64_t max_bytes, enum mrc_remote
     fake_init(&fb);
     forgotten = 0;
     struct mrc_cache_params p = {
-        .ops = { fake_reg, fake_dereg, &fb, NULL },
+        .ops = { .reg = fake_reg, .dereg = fake_dereg, .ctx = &fb },
         .max_entries = max_entries,
         .max_bytes = max_bytes,
         .max_deferred_bytes = 1u << 20,
@@ -739,7 +739,7 @@ static void test_deferred_bound_calls_for_help(void)
     fake_init(&fb);
     forgotten = 0;
     struct mrc_cache_params p = {
-        .ops = { fake_reg, fake_dereg, &fb, NULL },
+        .ops = { .reg = fake_reg, .dereg = fake_dereg, .ctx = &fb },
         .max_entries = 1000, .max_bytes = 1ull << 40, .max_deferred_bytes = 4 * PG,
         .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
         .deferred_full = on_full,
@@ -769,7 +769,7 @@ static void test_parked_bound_calls_for_help(void)
     fake_init(&fb);
     forgotten = 0;
         struct mrc_cache_params p = {
-            .ops = { fake_reg, fake_dereg, &fb, NULL },
+            .ops = { .reg = fake_reg, .dereg = fake_dereg, .ctx = &fb },
             .max_entries = 1000, .max_bytes = 1ull << 40,
             .max_deferred_bytes = past ? 39 * PG : 40 * PG,
             .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
@@ -1137,7 +1137,7 @@ static void test_reg_time_counted_in_ns(void)
     fake_init(&fb);
     forgotten = 0;
     struct mrc_cache_params p = {
-        .ops = { slow_reg, fake_dereg, &fb, NULL }, .max_entries = 100, .max_bytes = 1ull << 40,
+        .ops = { .reg = slow_reg, .dereg = fake_dereg, .ctx = &fb }, .max_entries = 100, .max_bytes = 1ull << 40,
         .max_deferred_bytes = 1u << 20, .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
     };
     CHECK(cache_start(&p) == 0);
@@ -1513,7 +1513,7 @@ static void setup_hooked(uint64_t max_entries, uint64_t max_bytes)
     forgotten = 0;
     in_reg = NULL;
     struct mrc_cache_params p = {
-        .ops = { reg_hooked, fake_dereg, &fb, NULL },
+        .ops = { .reg = reg_hooked, .dereg = fake_dereg, .ctx = &fb },
         .max_entries = max_entries, .max_bytes = max_bytes, .max_deferred_bytes = 1u << 20,
         .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
     };
@@ -2102,7 +2102,7 @@ static void stress_run(uint64_t stride, int long_runs)
     fake_init(&fb);
     forgotten = 0;
     struct mrc_cache_params p = {
-        .ops = { stress_reg_fn, stress_dereg_fn, &fb, NULL },
+        .ops = { .reg = stress_reg_fn, .dereg = stress_dereg_fn, .ctx = &fb },
         .max_entries = 48, .max_bytes = 1ull << 40, .max_deferred_bytes = 1u << 20,
         .page_size = PG, .remote_mask = RW | RR, .local_super_mask = LW,
     };
