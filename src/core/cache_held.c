@@ -1,10 +1,13 @@
-/* cache_held.c - what an invalidation tells about registrations someone still holds:
- * the held tree of registrations out of the cache's tree that a caller holds (private
- * ones, retired ones), and the ring of invalidations that took memory from under a
- * holder, for the layer above to find which of its handles outlived their memory.
- * Invariants: under the cache lock but for the take, which locks; nothing here
- * allocates or calls the back-end; the ring never blocks an invalidation (a full ring
- * counts the record as lost). */
+/* cache_held.c - registrations held out of the cache's tree, and what an invalidation
+ * tells about them: the held tree of those a caller holds (private ones, and those
+ * retired from the tree while held), a registration taken out of the cache by its only
+ * holder, and the ring of invalidations that took memory from under a holder, for the
+ * layer above to find which of its handles outlived their memory.
+ * Invariants: nothing here allocates or calls the back-end; the ring never blocks an
+ * invalidation (a full ring counts the record as lost); a taken registration is the
+ * caller's alone (out of the gauges, unwatched). */
+#include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 
 #include "core/cache.h"
@@ -83,4 +86,49 @@ uint64_t mrc_cache_in_use_retire(struct mrc_cache *c, uint64_t pos, unsigned n)
         __atomic_store_n(&c->inuse_pending, 0u, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&c->lock);
     return lost;
+}
+
+int mrc_cache_take(struct mrc_cache *c, struct mrc_entry *e, void **reg)
+{
+    stats_ready();
+    /* A lookup may hold e for a moment through a stale hint (it lets go at once): a
+     * few tries before saying someone else holds it. */
+    for (int tries = 0; tries < 4; tries++) {
+        pthread_mutex_lock(&c->lock);
+        settle_locked(c);   /* a parked entry is out of the tree already */
+        uint32_t in_tree = LD(&e->flags) & MRC_E_IN_TREE;
+        uint32_t want = in_tree ? 2 : 1, seen = want;   /* the tree's and ours, or ours */
+        int ok = __atomic_compare_exchange_n(&e->ref, &seen, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+        if (ok && in_tree)
+            entry_remove_locked(c, e);
+        if (ok)
+            mrc_cache_held_remove_locked(c, e);
+        pthread_mutex_unlock(&c->lock);
+        if (ok) {
+            /* The registration is the caller's now: no longer the cache's to count or
+             * watch (its new owner deregisters it without the cache). */
+            if (e->unpinned != MRC_REG_SHARED)
+                c->p.src.unwatch(mrc_entry_start(e), mrc_entry_len(e));
+            *reg = e->reg;
+            mrc_cache_entry_free(c, e);
+            return 0;
+        }
+        if (seen <= want)
+            break;
+        sched_yield();
+    }
+    return -EBUSY;
+}
+
+void mrc_cache_retire(struct mrc_cache *c, struct mrc_entry *e)
+{
+    stats_ready();
+    pthread_mutex_lock(&c->lock);
+    settle_locked(c);
+    if (LD(&e->flags) & MRC_E_IN_TREE) {
+        entry_remove_locked(c, e);
+        drop_tree_ref_locked(c, e);   /* the caller's reference keeps it alive */
+        mrc_cache_held_add_locked(c, e);
+    }
+    pthread_mutex_unlock(&c->lock);
 }

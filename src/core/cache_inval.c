@@ -152,3 +152,32 @@ void mrc_cache_sink(struct mrc_cache *c, struct mrc_inval_sink *s)
     s->done = sink_done;
     s->arg = c;
 }
+
+/* Finishes the runs unmaps parked, at least one (under the lock): each entry as inval_one_locked
+ * takes it, then nparked back to 0 with a release store, after every flag it cleared.
+ * Never in a hook: it counts statistics (see stats_ready). */
+void mrc_cache_settle_runs_locked(struct mrc_cache *c)
+{
+    unsigned n = c->nparked;
+    for (unsigned i = 0; i < n; i++) {
+        struct inval_batch b = { c, 0, 0, 0, 0 };
+        uint64_t k = mrc_itree_walk_run(c->parked[i].run, inval_one_locked, &b);
+        inval_count_locked(c, &b, k);
+        inval_stats(k, c->parked[i].cause);
+        /* Recorded, not told: this thread is not the unmapper, and holds the lock; the
+         * gates and the helper read the pending word. */
+        if (b.in_use && c->parked[i].report)
+            mrc_cache_in_use_note_locked(c, c->parked[i].first, c->parked[i].last, c->parked[i].seq,
+                                         c->parked[i].cause);
+    }
+    c->parked_bytes = 0;
+    __atomic_store_n(&c->nparked, 0u, __ATOMIC_RELEASE);
+}
+
+void mrc_cache_settle(struct mrc_cache *c)
+{
+    stats_ready();
+    pthread_mutex_lock(&c->lock);
+    settle_locked(c);
+    pthread_mutex_unlock(&c->lock);
+}

@@ -12,7 +12,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 if [ "${1:-}" = --check ]; then
-    # The patch must follow cache.c and mr.c: a change there that breaks it fails here.
+    # The patch must follow cache.c, cache_reg.c and mr.c: a change there that breaks it
+    # fails here.
     # git apply works in a plain copy of the tree too; it needs only the git program.
     if ! command -v git >/dev/null; then
         echo "ok - ladder_patch_applies # SKIP git not installed (scripts/install-deps.sh installs it)"

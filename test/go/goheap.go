@@ -4,8 +4,8 @@
 // cgo only its mmap and munmap go through libc), new slices come back at the same
 // addresses, and a cached MR would be stale. Each round registers a fresh 1 MiB slice and
 // writes through it (the MR stays cached after its deregistration), lets it go and
-// returns the heap to the kernel: a slice at an address registered before must see the
-// write through its MR. Prints one TAP line: ok, not ok, or SKIP when no slice came back
+// returns the heap to the kernel: a slice at an address registered before (or in memory
+// an earlier registration covered) must see the write through its MR. Prints one TAP line: ok, not ok, or SKIP when no slice came back
 // at an address registered before. EXPECT_STALE=1 inverts the verdict (a run whose sources
 // cannot see the discard: proof the check can fail).
 package main
@@ -52,12 +52,11 @@ func main() {
 		visible := C.go_write_visible(mr, p, size, C.int(0x11+r%64)) != 0
 		if seen[uintptr(p)] {
 			checks++ // the address was registered, released and discarded before
-			if !visible {
-				stale++
-			}
-		} else if !visible {
-			fmt.Println("not ok - test_go_heap_discarded_and_reused # a first registration's write went missing")
-			os.Exit(1)
+		}
+		// A slice at a new address may still lie in memory an earlier registration
+		// covered (rounded out, merged or expanded around its slice): stale too.
+		if !visible {
+			stale++
 		}
 		seen[uintptr(p)] = true
 		C.go_dereg(mr)
@@ -68,12 +67,12 @@ func main() {
 	}
 	name := "test_go_heap_discarded_and_reused"
 	switch {
-	case checks == 0:
+	case checks == 0 && stale == 0:
 		fmt.Printf("ok - %s # SKIP none of %d slices came back at an address registered before\n", name, rounds)
 	case expectStale && stale > 0, !expectStale && stale == 0:
 		fmt.Printf("ok - %s\n", name)
 	default:
-		fmt.Fprintf(os.Stderr, "%d of %d reused slices stale (uffd source %v)\n", stale, checks, C.go_uffd_on() != 0)
+		fmt.Fprintf(os.Stderr, "%d of %d slices stale (uffd source %v)\n", stale, rounds, C.go_uffd_on() != 0)
 		fmt.Printf("not ok - %s\n", name)
 	}
 	fmt.Fprintf(os.Stderr, "# %d of %d slices at an address registered before, %d stale\n", checks, rounds, stale)
