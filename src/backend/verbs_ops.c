@@ -76,26 +76,26 @@ static void verbs_domain_flushed(void *ctx, void *domain)
     mrc_odp_release_pd(domain);   /* idle once the entries it served are gone */
 }
 
-const struct mrc_cache_ops mrc_verbs_ops = {
+const struct mrc_cache_ops mrc_backend_ops = {
     .reg = verbs_reg, .reg_last = verbs_reg_last, .dereg = verbs_dereg, .prefetch = verbs_prefetch,
     .domain_flushed = verbs_domain_flushed,
 };
 
-void mrc_verbs_keys(const void *reg, uint32_t *lkey, uint32_t *rkey)
+void mrc_backend_keys(const void *reg, uint32_t *lkey, uint32_t *rkey)
 {
     const struct ibv_mr *mr = reg;
     *lkey = mr->lkey;
     *rkey = mr->rkey;
 }
 
-uint32_t mrc_verbs_remote_mask(void)
+uint32_t mrc_backend_remote_mask(void)
 {
     /* Everything a peer can use an rkey for; MW_BIND lets it be delegated. */
     return IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
            IBV_ACCESS_MW_BIND;
 }
 
-uint32_t mrc_verbs_local_super_mask(void)
+uint32_t mrc_backend_local_super_mask(void)
 {
     return IBV_ACCESS_LOCAL_WRITE;
 }

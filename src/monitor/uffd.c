@@ -364,7 +364,6 @@ static void *handler_main(void *arg)
     struct uffd_msg msg[32];
     int period = LOOK_MS;
     unsigned agree = 0;
-    (void)mrc_stats_block();   /* this thread's counters now, not while a thread waits on us */
     for (;;) {
         int cur = __atomic_load_n(&mrc_uffd_fd, __ATOMIC_ACQUIRE);
         if (cur < 0)
@@ -487,7 +486,7 @@ static int open_fd(void)
 
 static int start_handler(void)
 {
-    return mrc_thread_start(handler_main, NULL, "mrcache-uffd");
+    return mrc_thread_start(handler_main, NULL, "mrcache-uffd", 0);
 }
 
 /* Unmaps a page of a watched private mapping with a raw system call (what no hook sees)

@@ -63,16 +63,6 @@ static void leave(void)
 static void *helper_main(void *arg)
 {
     (void)arg;
-    /* glibc gives a thread its malloc arena at its first malloc or free, with an mmap of
-     * 64 MiB: here, at start-up, rather than at the first deregistration (the NIC
-     * library frees its handle), when the mapping could land in a hole the program has
-     * just unmapped and is about to map again at a fixed address (seen in the benchmark).
-     * Volatile: a malloc freed at once is otherwise compiled away. */
-    void *volatile arena_probe = malloc(1);
-    free(arena_probe);
-    /* Its statistics block too, mapped now for the same reason: the first count it makes
-     * may follow a program's munmap that it was woken for (runtime/inuse.c). */
-    (void)mrc_stats_block();
     unsigned idle = POLLS;
     for (;;) {
         uint32_t w;
@@ -127,7 +117,7 @@ void mrc_helper_start(void)
         uint32_t *shared = mrc_live_open();
         if (shared)
             wake_word = shared;
-        int rc = mrc_thread_start(helper_main, NULL, "mrcache-helper");
+        int rc = mrc_thread_start(helper_main, NULL, "mrcache-helper", 1);
         if (rc)
             MRC_WARN("cannot start the helper thread (%d): deferred MRs wait for the next verbs call", rc);
         __atomic_store_n(&started, rc == 0, __ATOMIC_RELEASE);

@@ -306,20 +306,20 @@ static void activate(void)
     uint64_t max_bytes = mrc_rt.cfg.max_bytes ? mrc_rt.cfg.max_bytes : mrc_config_auto_max_bytes();
     long psz = sysconf(_SC_PAGESIZE);
     struct mrc_cache_params p = {
-        .ops = mrc_verbs_ops,
+        .ops = mrc_backend_ops,
         .max_entries = mrc_rt.cfg.max_entries,
         .max_bytes = max_bytes,
         .max_entry_bytes = mrc_config_large_bytes(&mrc_rt.cfg, max_bytes),
         .max_deferred_bytes = mrc_rt.cfg.max_deferred_bytes,
         .page_size = psz > 0 ? (uint64_t)psz : 4096,
-        .remote_mask = mrc_verbs_remote_mask(),
-        .local_super_mask = mrc_verbs_local_super_mask(),
+        .remote_mask = mrc_backend_remote_mask(),
+        .local_super_mask = mrc_backend_local_super_mask(),
         .remote_policy = mrc_rt.cfg.remote_policy == MRC_CFG_REMOTE_NEVER ? MRC_REMOTE_NEVER : MRC_REMOTE_EXACT,
         .deferred_full = mrc_helper_drain,
         .in_use = mrc_rt_inuse_recorded,
         .admit_armed = &mrc_maps.interest,
         .admit = mrc_rt_admit,
-        .keys = mrc_verbs_keys,
+        .keys = mrc_backend_keys,
         .src = {
             .pending = &mrc_uffd_busy,
             .quiesce = mrc_uffd_quiesce_wait,

@@ -38,7 +38,7 @@ static struct ibv_mr *reg_route(struct ibv_pd *pd, void *addr, size_t len, uint6
         return mrc_real.reg_mr_iova2(pd, addr, len, iova, access);
     }
     mrc_rt_fork_check();
-    if (!pd || !addr || !len || !mrc_verbs_cacheable(access))
+    if (!pd || !addr || !len || !mrc_backend_cacheable(access))
         return mrc_verbs_reg_uncached(pd, addr, len, iova, access);
     if (!__atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED))
         mrc_rt_first_registration();   /* also in a forked child, whose cache starts unused */
@@ -64,7 +64,7 @@ MRC_HOT struct ibv_mr *mrc_rt_reg_mr(struct ibv_pd *pd, void *addr, size_t len, 
     if (__builtin_expect(__atomic_load_n(&mrc_real_verbs_ready, __ATOMIC_ACQUIRE) && mrc_ready() &&
                              __atomic_load_n(&mrc_rt.cfg.enable, __ATOMIC_RELAXED) && !mrc_verbs_in_reg() &&
                              *__atomic_load_n(&mrc_rt_mark, __ATOMIC_RELAXED) && pd && addr && len &&
-                             mrc_verbs_cacheable(access) && __atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED) &&
+                             mrc_backend_cacheable(access) && __atomic_load_n(&mrc_rt.cache.active, __ATOMIC_RELAXED) &&
                              !__atomic_load_n(&mrc_dumpsig_flag, __ATOMIC_RELAXED) && !mrc_rt_ns_any() &&
                              !__atomic_load_n(&mrc_rt_audit_on, __ATOMIC_RELAXED),
                          1))

@@ -193,3 +193,13 @@ void mrc_stats_child_reset(void)
     pthread_mutex_init(&blocks_lock, NULL);
     mrc_stats_reset();
 }
+
+unsigned mrc_stats_blocks_owned(void)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&blocks_lock);
+    for (struct mrc_stats_block *b = blocks; b; b = b->next)
+        n += b != &shared_block && __atomic_load_n(&b->owned, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&blocks_lock);
+    return n;
+}

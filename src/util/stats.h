@@ -169,6 +169,9 @@ struct mrc_gauges {
 /* Sums every thread's block into out (a snapshot; concurrent counts may or may not be in). */
 void mrc_stats_sum(struct mrc_stats_block *out);
 
+/* How many threads own a statistics block now (live threads that counted). */
+unsigned mrc_stats_blocks_owned(void);
+
 /* Zeroes every block (tests). */
 void mrc_stats_reset(void);
 

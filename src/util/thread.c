@@ -1,9 +1,11 @@
 /* thread.c - starts libmrcache's helper threads and counts them, tells when only they
  * are left (see thread.h), and whether the process runs a single thread. Invariants: the
  * count rises only once a helper exists (pthread_create returned), so it never makes a
- * program thread look absent; nothing here allocates after start-up. */
+ * program thread look absent; a start returns only once the new thread has mapped what
+ * it maps for itself; nothing here allocates after start-up. */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "util/real.h"
+#include "util/stats.h"
 #include "util/sys.h"
 #include "util/thread.h"
 
@@ -23,10 +26,12 @@ static int main_keyed;              /* main_key exists */
 __thread int mrc_thread_ours;
 
 /* What a new helper runs first: fn and arg, passed without an allocation (helpers are
- * few, and each start takes its slot in turn). */
+ * few, and each start takes its slot in turn; the starter frees it once ready is set). */
 static struct start_slot {
     void *(*fn)(void *);
     void *arg;
+    int mallocs;
+    uint32_t ready;               /* futex word: the thread has mapped its own memory */
 } slots[8];
 static unsigned next_slot;
 
@@ -35,12 +40,24 @@ static void *start_trampoline(void *p)
     struct start_slot *s = p;
     void *(*fn)(void *) = s->fn;
     void *arg = s->arg;
-    __atomic_store_n(&s->fn, NULL, __ATOMIC_RELEASE);
     mrc_thread_ours = 1;
-    return fn(arg);
+    /* What the thread maps for itself, mapped before its starter goes on: later, it could
+     * land in a hole the program has just unmapped and is about to map again at a fixed
+     * address, which would replace it (a thread is first scheduled when the machine
+     * lets it, under a sanitizer after its own set-up mappings too). glibc maps a
+     * thread's malloc arena (64 MiB) at its first malloc; the statistics block comes with
+     * the first count. Volatile: a malloc freed at once is otherwise compiled away. */
+    if (s->mallocs) {
+        void *volatile arena_probe = malloc(1);
+        free(arena_probe);
+    }
+    (void)mrc_stats_block();
+    __atomic_store_n(&s->ready, 1u, __ATOMIC_RELEASE);
+    mrc_sys_futex(&s->ready, FUTEX_WAKE_PRIVATE, 1, NULL);
+    return fn(arg);   /* s is the starter's again: never touched from here */
 }
 
-int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name)
+int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name, int mallocs)
 {
     struct start_slot *slot = NULL;
     for (unsigned i = 0; i < 8 && !slot; i++) {
@@ -52,6 +69,8 @@ int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name)
     if (!slot)
         return EAGAIN;
     slot->arg = arg;
+    slot->mallocs = mallocs;
+    __atomic_store_n(&slot->ready, 0u, __ATOMIC_RELAXED);
     /* The new thread inherits the mask: block everything around the create. */
     sigset_t all, old;
     sigfillset(&all);
@@ -63,13 +82,14 @@ int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name)
     pthread_t t;
     int rc = pthread_create(&t, &attr, start_trampoline, slot);
     pthread_attr_destroy(&attr);
-    if (rc)
-        __atomic_store_n(&slot->fn, NULL, __ATOMIC_RELEASE);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc == 0) {
         __atomic_add_fetch(&helpers, 1, __ATOMIC_SEQ_CST);
         pthread_setname_np(t, name);
+        while (!__atomic_load_n(&slot->ready, __ATOMIC_ACQUIRE))
+            mrc_sys_futex(&slot->ready, FUTEX_WAIT_PRIVATE, 0, NULL);
     }
+    __atomic_store_n(&slot->fn, NULL, __ATOMIC_RELEASE);
     return rc;
 }
 

@@ -9,9 +9,12 @@
 #define MRC_THREAD_H
 
 /* Starts fn(arg) on a detached thread with all signals blocked, a small stack and the
- * given name (at most 15 characters), counted as a helper. 0 or the pthread_create
- * error. fn calls mrc_thread_leave just before it returns. */
-int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name);
+ * given name (at most 15 characters), counted as a helper. Returns once the thread has
+ * mapped what it maps for itself (its statistics block; its malloc arena too if it
+ * mallocs), so that none of it can land in memory the program unmaps and maps again
+ * after the start. 0 or the pthread_create error. fn calls mrc_thread_leave just before
+ * it returns. Not from a hook. */
+int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name, int mallocs);
 
 /* Non-zero on a thread mrc_thread_start made. */
 extern __thread int mrc_thread_ours;
