@@ -1,10 +1,10 @@
 #!/bin/sh
 # check-layers.sh - the rules of src/'s rooms, and of the library built from it.
 #  - Includes point down: a file includes headers of its own layer or of layers below it,
-#    never above, nor of a layer beside it. Layers, bottom to top: util, core, monitor,
-#    backend and verbs (side by side), runtime, interpose; the cache core owns the
+#    never above, nor of a layer beside it. Layers, bottom to top: util, core, then
+#    monitor, backend and verbs side by side, runtime, interpose; the cache core owns the
 #    contract with the sources of memory events (core/events.h), which monitor publishes
-#    through; the public header (mrcache.h) is the runtime's and the interposition's;
+#    through and the back-end reads its ranges' descriptions from; the public header (mrcache.h) is the runtime's and the interposition's;
 #    the cache core includes no verbs and no dlfcn.h (it is tested with a fake back-end).
 #    program/ (libmrcache run as a program: the viewer, --version, --config) stands on the
 #    runtime beside the interposition: it is no hook and includes none of interpose/.
@@ -19,8 +19,8 @@ src=${1:-src}
 lib=$2
 rank() {
     case $1 in
-    util) echo 1 ;; core) echo 2 ;; monitor) echo 3 ;; backend) echo 4 ;; verbs) echo 4 ;;
-    runtime) echo 5 ;; interpose) echo 6 ;; program) echo 6 ;; mrcache.h) echo 5 ;; *) echo 0 ;;
+    util) echo 1 ;; core) echo 2 ;; monitor) echo 3 ;; backend) echo 3 ;; verbs) echo 3 ;;
+    runtime) echo 4 ;; interpose) echo 5 ;; program) echo 5 ;; mrcache.h) echo 4 ;; *) echo 0 ;;
     esac
 }
 tmp=$(mktemp -d)

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "backend/odp.h"
-#include "monitor/maps.h"
 #include "util/config.h"
 #include "util/log.h"
 #include "util/real.h"
@@ -135,12 +134,12 @@ static int supports(const struct ibv_odp_caps *c, uint64_t general, uint32_t acc
     return (c->general_caps & general) == general && (c->per_transport_caps.rc_odp_caps & need) == need;
 }
 
-int mrc_odp_fallback_ok(struct ibv_pd *pd, uint64_t addr, uint64_t len, uint32_t access)
+int mrc_odp_fallback_ok(struct ibv_pd *pd, uint32_t access, struct mrc_range *r)
 {
     if (mode == MRC_CFG_ODP_OFF || (access & ~(uint32_t)ODP_FLAGS))
         return 0;
     struct ibv_odp_caps c = caps_of(pd->context);
-    return supports(&c, IBV_ODP_SUPPORT, access) && mrc_maps_demand_pageable(addr, addr + len - 1);
+    return supports(&c, IBV_ODP_SUPPORT, access) && mrc_range_ask(r, MRC_RANGE_PAGEABLE)->pageable;
 }
 
 /* Under the lock: pd's slot, a free one (pd NULL) if it has none, or -1. */
@@ -167,7 +166,7 @@ static struct ibv_mr *implicit_ref_locked(const struct ibv_pd *pd, int *refused)
     return pds[i].mr;
 }
 
-int mrc_odp_implicit_get(struct ibv_pd *pd, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
+int mrc_odp_implicit_get(struct ibv_pd *pd, uint64_t addr, uint64_t iova, uint32_t access, struct mrc_range *r,
                          struct ibv_mr **mr)
 {
     if (mode == MRC_CFG_ODP_OFF)
@@ -175,7 +174,7 @@ int mrc_odp_implicit_get(struct ibv_pd *pd, uint64_t addr, uint64_t len, uint64_
     struct ibv_odp_caps c = caps_of(pd->context);   /* known from the context's first miss */
     if (mode != MRC_CFG_ODP_IMPLICIT || iova != addr || (access & ~(uint32_t)IBV_ACCESS_LOCAL_WRITE) ||
         !supports(&c, IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT, IBV_ACCESS_LOCAL_WRITE) ||
-        !mrc_maps_demand_pageable(addr, addr + len - 1))
+        !mrc_range_ask(r, MRC_RANGE_PAGEABLE)->pageable)
         return 0;
     int refused;
     pthread_mutex_lock(&lock);

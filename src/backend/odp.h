@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 #include <stdint.h>
 
+#include "core/events.h"
 #include "util/report.h"
 
 /* At start-up: the mode (enum mrc_cfg_odp) and whether to prefetch. */
@@ -17,7 +18,7 @@ void mrc_odp_init(int mode, int prefetch);
  * context's first miss). Under MRCACHE_ODP=implicit: 1 and *mr the pd's implicit ODP MR
  * (registered at its first use; a reference taken) if it can serve this local-only
  * request (iova == addr, no remote right, memory ODP can serve); else 0. */
-int mrc_odp_implicit_get(struct ibv_pd *pd, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
+int mrc_odp_implicit_get(struct ibv_pd *pd, uint64_t addr, uint64_t iova, uint32_t access, struct mrc_range *r,
                          struct ibv_mr **mr);
 
 /* 1 if mr is an implicit ODP MR: its reference is dropped (it stays registered until
@@ -27,7 +28,7 @@ int mrc_odp_implicit_put(struct ibv_mr *mr);
 /* Whether a request that could not be pinned may be registered on demand: the mode
  * allows it, the device supports ODP for each right access asks for (RC transport), and
  * the memory is ODP's to serve. */
-int mrc_odp_fallback_ok(struct ibv_pd *pd, uint64_t addr, uint64_t len, uint32_t access);
+int mrc_odp_fallback_ok(struct ibv_pd *pd, uint32_t access, struct mrc_range *r);
 
 /* A registration served by an ODP MR: asks the device to fault [iova, iova+len) in, for
  * writing if access lets the NIC write, asynchronously (no flush). Unless

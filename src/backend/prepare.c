@@ -2,8 +2,10 @@
  * of the range classifies its 2 MiB extents (empty, base pages, huge) and counts what
  * is not resident; empty extents get MADV_HUGEPAGE (so that the fault-in makes huge
  * pages), extents of base pages MADV_COLLAPSE (in collapse mode), and a large enough
- * absent part is populated by several threads. Invariants: only private anonymous
- * memory gets advice, and none once the program has said MADV_NOHUGEPAGE anywhere;
+ * absent part is populated by several threads. Invariants: advice goes only where the
+ * range's description says huge pages may be (private anonymous memory, and none once
+ * the program has said MADV_NOHUGEPAGE anywhere: runtime/describe.c), asked only when a
+ * range is large enough for advice;
  * advice goes straight to the kernel (raw system calls: it discards nothing, so no
  * monitor needs it, and libmrcache's madvise hook would release cached registrations
  * before a collapse); every failure leaves the registration to proceed as it would. */
@@ -15,8 +17,6 @@
 
 #include "backend/pagescan.h"
 #include "backend/prepare.h"
-#include "monitor/maps.h"
-#include "monitor/unmap.h"
 #include "util/clock.h"
 #include "util/hot.h"
 #include "util/log.h"
@@ -171,15 +171,14 @@ static int walk_fn(uint64_t s, uint64_t e, unsigned flags, void *arg)
     return 0;
 }
 
-static int wants_huge(uint64_t addr, uint64_t len)
+static int wants_huge(uint64_t len, struct mrc_range *r)
 {
-    return prm.huge_mode != MRC_HUGE_OFF && len >= prm.huge_min &&
-           !__atomic_load_n(&mrc_monitor.nohugepage, __ATOMIC_RELAXED) && !mrc_maps_special(addr, addr + len);
+    return prm.huge_mode != MRC_HUGE_OFF && len >= prm.huge_min && mrc_range_ask(r, MRC_RANGE_HUGE_OK)->huge_ok;
 }
 
-MRC_HOT void mrc_prepare(uint64_t addr, uint64_t len, int writable)
+MRC_HOT void mrc_prepare(uint64_t addr, uint64_t len, int writable, struct mrc_range *r)
 {
-    int huge = wants_huge(addr, len);
+    int huge = wants_huge(len, r);
     int populate = prm.populate_min && len >= prm.populate_min && prm.populate_threads > 1;
     if (!huge && !populate)
         return;

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "core/events.h"
+
 enum mrc_huge_mode {
     MRC_HUGE_OFF,
     MRC_HUGE_ADVISE,     /* MADV_HUGEPAGE over 2 MiB extents not yet populated */
@@ -24,9 +26,10 @@ struct mrc_prepare_params {
 /* At start-up, before any registration. */
 void mrc_prepare_init(const struct mrc_prepare_params *p);
 
-/* Before the pin of [addr, addr + len): writable, whether the NIC may write (populated
- * for writing, so that the pin breaks no copy-on-write itself). */
-void mrc_prepare(uint64_t addr, uint64_t len, int writable);
+/* Before the pin of [addr, addr + len), which r describes: writable, whether the NIC may
+ * write (populated for writing, so that the pin breaks no copy-on-write itself). Huge
+ * pages are advised only where r says they may be. */
+void mrc_prepare(uint64_t addr, uint64_t len, int writable, struct mrc_range *r);
 
 /* After a pin of [addr, addr + len): counts its page-size mix and translation entries,
  * and warns (once) about a registration of more than 2^20 4 KiB pages. */

@@ -20,18 +20,18 @@
 #define WRITABLE (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
 
 MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
-                             uint32_t access, void **reg)
+                             uint32_t access, struct mrc_range *r, void **reg)
 {
     (void)ctx;
     struct ibv_mr *implicit;
-    if (mrc_odp_implicit_get(domain, addr, len, iova, access, &implicit)) {
+    if (mrc_odp_implicit_get(domain, addr, iova, access, r, &implicit)) {
         /* Follows the mapping: nothing to watch, nothing stale after an unmap. */
         mrc_stat_add(MRC_STAT_ODP_IMPLICIT, 1);
         *reg = implicit;
         return MRC_REG_SHARED;
     }
     /* Huge pages and a parallel fault-in first (each off below its threshold). */
-    mrc_prepare(addr, len, (access & WRITABLE) != 0);
+    mrc_prepare(addr, len, (access & WRITABLE) != 0, r);
     errno = 0;
     struct ibv_mr *mr = mrc_real.reg_mr_iova2(domain, (void *)(uintptr_t)addr, len, iova, access);
     if (!mr)
@@ -44,11 +44,11 @@ MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t le
 /* Pinning failed even after the cache let its idle registrations go: on demand, where
  * the device and the memory allow. Otherwise the caller keeps the error pinning got. */
 static int verbs_reg_last(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
-                          void **reg)
+                          struct mrc_range *r, void **reg)
 {
-    if (!mrc_odp_fallback_ok(domain, addr, len, access))
+    if (!mrc_odp_fallback_ok(domain, access, r))
         return -ENOMEM;
-    int rc = verbs_reg(ctx, domain, addr, len, iova, access | IBV_ACCESS_ON_DEMAND, reg);
+    int rc = verbs_reg(ctx, domain, addr, len, iova, access | IBV_ACCESS_ON_DEMAND, r, reg);
     if (rc)
         return rc;
     mrc_stat_add(MRC_STAT_ODP_FALLBACKS, 1);

@@ -80,6 +80,12 @@ static void nothing_to_watch(uint64_t addr, uint64_t len)
     (void)len;
 }
 
+static void nothing_known(struct mrc_range *r, uint32_t ask)
+{
+    if (ask & MRC_RANGE_HUGE_OK)
+        r->huge_ok = 1;
+}
+
 int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p)
 {
     if (!p->ops.reg || !p->ops.dereg || p->page_size == 0 || (p->page_size & (p->page_size - 1)))
@@ -94,6 +100,8 @@ int mrc_cache_init(struct mrc_cache *c, const struct mrc_cache_params *p)
         c->p.src.pending = &never;
     if (!c->p.src.check)
         c->p.src.check = nothing_to_check;
+    if (!c->p.src.describe)
+        c->p.src.describe = nothing_known;
     if (!c->p.src.watch || !c->p.src.unwatch) {
         c->p.src.watch = nothing_to_watch;
         c->p.src.unwatch = nothing_to_watch;
@@ -451,6 +459,7 @@ MRC_HOT static void miss_init(const struct mrc_cache *c, struct mrc_miss *m, voi
     }
     m->rf = m->qf;
     m->rl = m->ql;
+    mrc_range_init(&m->range, m->qf, m->ql, c->p.src.describe);
 }
 
 /* Announces a miss to concurrent unmaps (under the lock, which it lets go): from here
@@ -556,7 +565,7 @@ MRC_HOT static int miss_insert(struct mrc_cache *c, struct mrc_thread_state *t, 
  * (cache_reg.c), then put in the cache. */
 static int miss(struct mrc_cache *c, struct mrc_thread_state *t, struct mrc_miss *m, struct mrc_entry **out)
 {
-    if (__builtin_expect(LD(c->p.admit_armed) != 0, 0) && c->p.admit(c->p.admit_arg, m->qf, m->ql)) {
+    if (__builtin_expect(LD(c->p.admit_armed) != 0, 0) && c->p.admit(c->p.admit_arg, &m->range)) {
         miss_done(c);
         mrc_stat_add(MRC_STAT_UNCACHED, 1);
         return mrc_cache_get_private(c, m->domain, m->first, m->last, m->iova_off, m->access, out);

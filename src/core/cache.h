@@ -25,9 +25,10 @@
 
 struct mrc_cache_ops {
     /* Registers [addr, addr+len) at iova with access in domain: 0, MRC_REG_UNPINNED or
-     * MRC_REG_SHARED and *reg set, or -errno. */
+     * MRC_REG_SHARED and *reg set, or -errno. r describes [addr, addr+len) (ask it what
+     * is needed: mrc_range_ask). */
     int (*reg)(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
-               uint32_t access, void **reg);
+               uint32_t access, struct mrc_range *r, void **reg);
     /* Deregisters what reg made: 0 or -errno (the registration then still stands, and
      * is asked again later). Never called from mrc_cache_invalidate. */
     int (*dereg)(void *ctx, void *reg);
@@ -36,7 +37,7 @@ struct mrc_cache_ops {
      * entry was released: may register in a way that pins nothing. As reg; if it fails,
      * the caller gets reg's error. */
     int (*reg_last)(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
-                    uint32_t access, void **reg);
+                    uint32_t access, struct mrc_range *r, void **reg);
     /* Optional: a get is about to hand out reg, which pins nothing (MRC_REG_UNPINNED or
      * MRC_REG_SHARED), for [iova, iova+len) with access: the back-end may have its pages
      * faulted in ahead of the first access. Without the cache lock; must not call back
@@ -76,21 +77,21 @@ struct mrc_cache_params {
      * block or call back into the cache. */
     void (*deferred_full)(void *arg);
     void *deferred_full_arg;
-    /* Optional: asked by a miss, before it registers [first, last] (its request rounded
-     * to pages), while *admit_armed is non-zero (one load otherwise; NULL: never): a
+    /* Optional: asked by a miss, before it registers r's range (its request rounded to
+     * pages), while *admit_armed is non-zero (one load otherwise; NULL: never): a
      * non-zero answer makes the registration its caller's alone (registered for it and
      * deregistered at its release, counted as uncached). Called without the cache lock;
      * must not call back into the cache. */
     const uint32_t *admit_armed;
-    int (*admit)(void *arg, uint64_t first, uint64_t last);
+    int (*admit)(void *arg, struct mrc_range *r);
     void *admit_arg;
     /* Optional (NULL: never): asked by a local-only miss at iova == addr for its request
-     * [qf, ql] (rounded to pages), before it registers [*first, *last] (that request
-     * merged with its neighbours): a non-zero answer widens the range to what it set,
-     * which must contain the old one. The wider range is registered once, without
-     * evicting anything for it; if the back-end refuses, the miss registers its own range
-     * as if never asked. Called without the cache lock; must not call back into the cache. */
-    int (*expand)(void *arg, uint32_t access, uint64_t qf, uint64_t ql, uint64_t *first, uint64_t *last);
+     * (r: rounded to pages), before it registers [*first, *last] (that request merged with
+     * its neighbours): a non-zero answer widens the range to what it set, which must
+     * contain the old one. The wider range is registered once, without evicting
+     * anything for it; if the back-end refuses, the miss registers its own range as if
+     * never asked. Called without the cache lock; must not call back into the cache. */
+    int (*expand)(void *arg, struct mrc_range *r, uint32_t access, uint64_t *first, uint64_t *last);
     void *expand_arg;
     /* Optional: the keys the NIC and a peer know a back-end registration by, for
      * mrc_cache_largest. Called under the cache lock: must only read reg. */

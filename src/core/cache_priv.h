@@ -174,6 +174,7 @@ struct mrc_miss {
     uint64_t qf, ql;              /* the request as registered (rounded when merging) */
     uint64_t rf, rl;              /* what is registered: the request merged, or expanded */
     uint64_t made0, seq0;         /* reg_made and inval_seq when it was announced */
+    struct mrc_range range;       /* what is known of [qf, ql], asked once, handed along */
 };
 
 /* Evicts idle entries, least recently used first, until the tree is within its limits

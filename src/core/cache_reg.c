@@ -18,14 +18,21 @@
  * insertions wait in the young set, prefetching what they touch made misses 7-10%
  * slower (make bench, row 6: docs/benchmarks.md). */
 MRC_HOT static int backend_reg(struct mrc_cache *c, int last_try, void *domain, uint64_t first, uint64_t last,
-                               int64_t iova_off, uint32_t access, void **reg)
+                               int64_t iova_off, uint32_t access, struct mrc_range *req, void **reg)
 {
     uint64_t len = last - first + 1;
+    /* The miss's description where this is its range; another range (merged, expanded)
+     * is described apart. */
+    struct mrc_range own, *r = req;
+    if (r->first != first || r->last != last) {
+        mrc_range_init(&own, first, last, c->p.src.describe);
+        r = &own;
+    }
     c->p.src.check();
     c->p.src.watch(first, len);
     uint64_t t0 = mrc_ticks();
     int rc = (last_try ? c->p.ops.reg_last : c->p.ops.reg)(c->p.ops.ctx, domain, first, len,
-                                                            first + (uint64_t)iova_off, access, reg);
+                                                            first + (uint64_t)iova_off, access, r, reg);
     uint64_t dt = mrc_ticks_since(t0);
     if (rc < 0 || rc == MRC_REG_SHARED)
         c->p.src.unwatch(first, len);
@@ -60,16 +67,16 @@ static void evict_all_idle(struct mrc_cache *c)
  * registration fail that would succeed without it. Then the back-end's last try, if it
  * has one. 0 or MRC_REG_* (*reg set), or -errno. */
 MRC_HOT static int reg_retry(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
-                             int64_t iova_off, uint32_t access, void **reg)
+                             int64_t iova_off, uint32_t access, struct mrc_range *r, void **reg)
 {
-    int rc = backend_reg(c, 0, domain, first, last, iova_off, access, reg);
+    int rc = backend_reg(c, 0, domain, first, last, iova_off, access, r, reg);
     if (rc == -ENOMEM || rc == -EAGAIN) {
         mrc_stat_add(MRC_STAT_ENOMEM_RETRIES, 1);
         evict_all_idle(c);
-        rc = backend_reg(c, 0, domain, first, last, iova_off, access, reg);
+        rc = backend_reg(c, 0, domain, first, last, iova_off, access, r, reg);
     }
     if ((rc == -ENOMEM || rc == -EAGAIN) && c->p.ops.reg_last) {
-        int last_rc = backend_reg(c, 1, domain, first, last, iova_off, access, reg);
+        int last_rc = backend_reg(c, 1, domain, first, last, iova_off, access, r, reg);
         if (last_rc >= 0)
             rc = last_rc;
     }
@@ -96,10 +103,10 @@ static struct mrc_entry *entry_new(struct mrc_cache *c, void *domain, uint64_t f
 static int reg_expanded(struct mrc_cache *c, struct mrc_miss *m, void **reg)
 {
     uint64_t f = m->rf, l = m->rl;
-    if (!c->p.expand(c->p.expand_arg, m->access, m->qf, m->ql, &f, &l) || f > m->rf || l < m->rl ||
+    if (!c->p.expand(c->p.expand_arg, &m->range, m->access, &f, &l) || f > m->rf || l < m->rl ||
         (f == m->rf && l == m->rl))
         return -1;
-    int rc = backend_reg(c, 0, m->domain, f, l, 0, m->access, reg);
+    int rc = backend_reg(c, 0, m->domain, f, l, 0, m->access, &m->range, reg);
     if (rc < 0) {
         mrc_stat_add(MRC_STAT_EXPAND_REFUSED, 1);
         return -1;
@@ -115,12 +122,12 @@ MRC_HOT int mrc_cache_miss_register(struct mrc_cache *c, struct mrc_miss *m, voi
     int rc = m->merge && c->p.expand ? reg_expanded(c, m, reg) : -1;
     m->expanded = rc >= 0;
     if (!m->expanded)
-        rc = reg_retry(c, m->domain, m->rf, m->rl, m->iova_off, m->access, reg);
+        rc = reg_retry(c, m->domain, m->rf, m->rl, m->iova_off, m->access, &m->range, reg);
     if (rc < 0 && (m->rf != m->qf || m->rl != m->ql)) {
         /* The merged union did not fit: register just the request. */
         m->rf = m->qf;
         m->rl = m->ql;
-        rc = reg_retry(c, m->domain, m->rf, m->rl, m->iova_off, m->access, reg);
+        rc = reg_retry(c, m->domain, m->rf, m->rl, m->iova_off, m->access, &m->range, reg);
     }
     return rc;
 }
@@ -128,7 +135,9 @@ MRC_HOT int mrc_cache_miss_register(struct mrc_cache *c, struct mrc_miss *m, voi
 int mrc_cache_get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last, int64_t iova_off, uint32_t access, struct mrc_entry **out)
 {
     void *reg;
-    int rc = reg_retry(c, domain, first, last, iova_off, access, &reg);
+    struct mrc_range r;
+    mrc_range_init(&r, first, last, c->p.src.describe);
+    int rc = reg_retry(c, domain, first, last, iova_off, access, &r, &reg);
     if (rc < 0)
         return rc;
     struct mrc_entry *e = entry_new(c, domain, first, last, iova_off, access, reg, rc);

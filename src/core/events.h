@@ -6,8 +6,9 @@
  * of the sources what it needs around the registrations it makes (mrc_event_sources):
  * a range watched before it is pinned and let go once its registration is gone, events
  * read but not yet published flushed before a lookup, a check of the sources before
- * each back-end registration. The causes of an invalidation are named here too (each
- * has its counter: util/stats.h).
+ * each back-end registration, and what is known of the memory a miss registers (struct
+ * mrc_range). The causes of an invalidation are named here too (each has its counter:
+ * util/stats.h).
  * Invariants: begin and done are safe in any hook (they never allocate, deregister or
  * wait for a registration); a source calls done once for each begin, after the change;
  * every watch is matched by one unwatch of the same range, never from a hook. */
@@ -16,6 +17,7 @@
 
 #include <stdint.h>
 
+#include "util/procmaps.h"
 #include "util/stats.h"
 
 /* Why entries were invalidated. */
@@ -81,6 +83,39 @@ static inline void mrc_sink_changed(const struct mrc_inval_sink *s, uint64_t add
     s->done(s->arg, s->begin(s->arg, addr, len, cause), addr, len, cause);
 }
 
+/* What is known of memory a miss registers, [first, last]: asked of the sources at most
+ * once per miss and per question (mrc_range_ask), and handed along to the admission,
+ * the expansion and the back-end, each of which asks only what it needs. */
+#define MRC_RANGE_HUGE_OK 1u    /* huge_ok: huge pages may be advised there (no special
+                                 * mapping, and the program refused huge pages nowhere) */
+#define MRC_RANGE_VMA 2u        /* vma_ok and vma: the kernel's mapping holding first */
+#define MRC_RANGE_PAGEABLE 4u   /* pageable: on-demand paging can serve every page */
+struct mrc_range {
+    uint64_t first, last;
+    uint32_t asked;             /* the questions answered so far */
+    uint32_t huge_ok, vma_ok, pageable;
+    struct mrc_vma vma;
+    /* Answers the questions of ask (sets their fields; asked is the caller's). */
+    void (*describe)(struct mrc_range *r, uint32_t ask);
+};
+
+static inline void mrc_range_init(struct mrc_range *r, uint64_t first, uint64_t last,
+                                  void (*describe)(struct mrc_range *r, uint32_t ask))
+{
+    *r = (struct mrc_range){ .first = first, .last = last, .describe = describe };
+}
+
+/* r, with the questions of ask answered (each asked once in r's life). */
+static inline const struct mrc_range *mrc_range_ask(struct mrc_range *r, uint32_t ask)
+{
+    uint32_t todo = ask & ~r->asked;
+    if (todo) {
+        r->describe(r, todo);
+        r->asked |= todo;
+    }
+    return r;
+}
+
 /* What the core asks of the sources (each member optional: NULL, never asked). Filled
  * by whoever started the sources; the core calls them without its lock. */
 struct mrc_event_sources {
@@ -100,6 +135,10 @@ struct mrc_event_sources {
      * fail the registration; keep errno. */
     void (*watch)(uint64_t addr, uint64_t len);
     void (*unwatch)(uint64_t addr, uint64_t len);
+    /* What is known of a range (struct mrc_range); without it, nothing is: huge pages
+     * may be advised, nothing is known to be pageable, no mapping is known. Without the
+     * cache lock; never called in a hook. */
+    void (*describe)(struct mrc_range *r, uint32_t ask);
 };
 
 #endif

@@ -1,7 +1,6 @@
 /* maps.c - the registry (maps.h): a sorted array of records read under a sequence count
- * and changed under a short lock; the hugetlb page sizes and their file systems;
- * /proc/self/maps read into a stack buffer (also to tell what on-demand paging can
- * serve). Invariants: arrays are never unmapped (a
+ * and changed under a short lock, seeded from the lines util/procmaps.c parses, and what
+ * a line or a new mapping says a record is. Invariants: arrays are never unmapped (a
  * reader of an old copy reads again); no malloc, no call into the cache; a record that
  * cannot be kept makes the registry lost, and every answer the worst case. */
 #include <errno.h>
@@ -9,14 +8,13 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/vfs.h>
-#include <unistd.h>
 
 #include "monitor/maps.h"
+#include "util/procmaps.h"
 #include "util/range.h"
 #include "util/sys.h"
 
@@ -377,7 +375,7 @@ uint64_t mrc_maps_page_size(uint64_t start, uint64_t end)
     if (__builtin_expect(!LD(&mrc_maps.nhuge), 1))
         return base;
     if (LD(&mrc_maps.lost))
-        return mrc_maps_huge_shift_max() ? (uint64_t)1 << mrc_maps_huge_shift_max() : base;
+        return mrc_procmaps_huge_shift_max() ? (uint64_t)1 << mrc_procmaps_huge_shift_max() : base;
     if (outside(start, end))
         return base;
     uint32_t shift;
@@ -495,133 +493,6 @@ unsigned mrc_maps_file_ranges(uint64_t dev, uint64_t ino, uint64_t lo, uint64_t 
     return o.k;
 }
 
-/* ---- hugetlb: the page sizes there are, and the file systems that have them ---- */
-
-#define MAX_HUGE_FS 8
-static struct { uint64_t dev; uint32_t shift; } huge_fs[MAX_HUGE_FS];
-static unsigned nhuge_fs;
-static uint32_t huge_default, huge_max;   /* page shifts (0: no hugetlb) */
-
-static void huge_fs_add(uint64_t dev, uint32_t shift)
-{
-    for (unsigned i = 0; i < nhuge_fs; i++)
-        if (huge_fs[i].dev == dev)
-            return;
-    if (nhuge_fs < MAX_HUGE_FS) {
-        huge_fs[nhuge_fs].dev = dev;
-        huge_fs[nhuge_fs++].shift = shift;
-    }
-    huge_max = shift > huge_max ? shift : huge_max;
-}
-
-static uint32_t huge_shift_of_dev(uint64_t dev)
-{
-    for (unsigned i = 0; i < nhuge_fs; i++)
-        if (huge_fs[i].dev == dev)
-            return huge_fs[i].shift;
-    return 0;
-}
-
-uint32_t mrc_maps_huge_shift_max(void)
-{
-    return huge_max;
-}
-
-static uint32_t log2_of(uint64_t v)
-{
-    return v ? 63u - (uint32_t)__builtin_clzll(v) : 0;
-}
-
-/* ---- reading /proc files line by line, into a stack buffer ---- */
-
-static unsigned long hex(const char **s)
-{
-    unsigned long v = 0;
-    for (;; (*s)++) {
-        char c = **s;
-        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0') : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10) : 16;
-        if (d == 16)
-            return v;
-        v = v * 16 + d;
-    }
-}
-
-static unsigned long dec(const char **s)
-{
-    unsigned long v = 0;
-    for (; **s >= '0' && **s <= '9'; (*s)++)
-        v = v * 10 + (unsigned long)(**s - '0');
-    return v;
-}
-
-static void skip_spaces(const char **s)
-{
-    while (**s == ' ' || **s == '\t')
-        (*s)++;
-}
-
-/* Calls fn(line, arg) for each line of path until it returns non-zero; 0, or -1 if the
- * file cannot be read. */
-static int read_lines(const char *path, int (*fn)(const char *line, void *arg), void *arg)
-{
-    int fd = mrc_sys_open(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    char buf[8192];
-    size_t have = 0;
-    int stop = 0;
-    while (!stop) {
-        ssize_t got = mrc_sys_read(fd, buf + have, sizeof(buf) - 1 - have);
-        if (got <= 0)
-            break;
-        have += (size_t)got;
-        buf[have] = 0;
-        char *line = buf, *nl;
-        while (!stop && (nl = strchr(line, '\n'))) {
-            *nl = 0;
-            stop = fn(line, arg);
-            line = nl + 1;
-        }
-        have = (size_t)(buf + have - line);
-        if (have == sizeof(buf) - 1)
-            have = 0;   /* a line longer than the buffer: dropped */
-        memmove(buf, line, have);
-    }
-    mrc_sys_close(fd);
-    return 0;
-}
-
-struct mline {
-    uint64_t start, end, off, dev, ino;
-    char perms[5];
-    const char *path;
-};
-
-static int parse_mline(const char *s, struct mline *l)
-{
-    l->start = hex(&s);
-    if (*s++ != '-')
-        return -1;
-    l->end = hex(&s);
-    skip_spaces(&s);
-    for (int i = 0; i < 4; i++)
-        l->perms[i] = *s ? *s++ : '-';
-    l->perms[4] = 0;
-    skip_spaces(&s);
-    l->off = hex(&s);
-    skip_spaces(&s);
-    unsigned long maj = hex(&s);
-    if (*s++ != ':')
-        return -1;
-    unsigned long min = hex(&s);
-    l->dev = makedev(maj, min);
-    skip_spaces(&s);
-    l->ino = dec(&s);
-    skip_spaces(&s);
-    l->path = s;
-    return 0;
-}
-
 /* ---- the seed ---- */
 
 #define MAX_EXEC 256
@@ -631,18 +502,17 @@ struct seed {
     int exec_full;
 };
 
-static int seed_exec(const char *line, void *arg)
+static int seed_exec(const struct mrc_procmaps_line *l, void *arg)
 {
     struct seed *sd = arg;
-    struct mline l;
-    if (parse_mline(line, &l) || l.perms[2] != 'x' || !l.ino)
+    if (l->perms[2] != 'x' || !l->ino)
         return 0;
     if (sd->nexec == MAX_EXEC) {
         sd->exec_full = 1;
         return 0;
     }
-    sd->exec[sd->nexec].dev = l.dev;
-    sd->exec[sd->nexec++].ino = l.ino;
+    sd->exec[sd->nexec].dev = l->dev;
+    sd->exec[sd->nexec++].ino = l->ino;
     return 0;
 }
 
@@ -652,10 +522,10 @@ static int prefix(const char *s, const char *p)
 }
 
 /* What the mapping of line l is, as a record would say: 1 if special. */
-static int classify_line(const struct mline *l, const struct seed *sd, struct mrc_map_attr *a)
+static int classify_line(const struct mrc_procmaps_line *l, const struct seed *sd, struct mrc_map_attr *a)
 {
     memset(a, 0, sizeof(*a));
-    a->page_shift = huge_shift_of_dev(l->dev);
+    a->page_shift = mrc_procmaps_huge_shift(l->dev);
     int shared = l->perms[3] == 's';
     const char *p = l->path;
     if (!l->ino || *p == '[' || prefix(p, "anon_inode:"))
@@ -671,7 +541,7 @@ static int classify_line(const struct mline *l, const struct seed *sd, struct mr
         a->flags = shared ? MRC_MAP_SHARED : 0;   /* shared (or private) anonymous memory */
         return a->flags || a->page_shift;
     }
-    if (prefix(p, "/dev/") && !prefix(p, "/dev/shm/") && !prefix(p, "/dev/hugepages")) {
+    if (mrc_procmaps_device_path(p)) {
         struct stat st;
         if (mrc_sys_fstatat(AT_FDCWD, p, &st, 0) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)))
             return 0;   /* device memory: not pages a registration pins */
@@ -692,12 +562,11 @@ static int classify_line(const struct mline *l, const struct seed *sd, struct mr
     return a->flags || a->page_shift;
 }
 
-static int seed_line(const char *line, void *arg)
+static int seed_line(const struct mrc_procmaps_line *l, void *arg)
 {
-    struct mline l;
     struct mrc_map_attr a;
-    if (parse_mline(line, &l) == 0 && classify_line(&l, arg, &a))
-        mrc_maps_set(l.start, l.end, &a, mrc_maps_gen());
+    if (classify_line(l, arg, &a))
+        mrc_maps_set(l->start, l->end, &a, mrc_maps_gen());
     return 0;
 }
 
@@ -705,76 +574,8 @@ static void seed(void)
 {
     static struct seed sd;   /* 4 KiB: not on a stack that may be a hook's */
     memset(&sd, 0, sizeof(sd));
-    read_lines("/proc/self/maps", seed_exec, &sd);
-    read_lines("/proc/self/maps", seed_line, &sd);
-}
-
-/* hugetlbfs mounts: "... maj:min root mountpoint ... - hugetlbfs source opts,pagesize=2M" */
-static int mount_line(const char *line, void *arg)
-{
-    (void)arg;
-    const char *s = line, *fs = strstr(line, " - hugetlbfs ");
-    if (!fs)
-        return 0;
-    dec(&s);
-    skip_spaces(&s);
-    dec(&s);
-    skip_spaces(&s);
-    unsigned long maj = dec(&s);
-    if (*s++ != ':')
-        return 0;
-    unsigned long min = dec(&s);
-    uint32_t shift = huge_default;
-    const char *ps = strstr(fs, "pagesize=");
-    if (ps) {
-        ps += 9;
-        unsigned long v = dec(&ps);
-        shift = log2_of(v) + (*ps == 'G' ? 30u : *ps == 'M' ? 20u : *ps == 'K' ? 10u : 0u);
-    }
-    if (shift)
-        huge_fs_add(makedev(maj, min), shift);
-    return 0;
-}
-
-static int meminfo_line(const char *line, void *arg)
-{
-    (void)arg;
-    if (!prefix(line, "Hugepagesize:"))
-        return 0;
-    const char *s = line + 13;
-    skip_spaces(&s);
-    unsigned long kb = dec(&s);
-    huge_default = kb ? log2_of(kb) + 10 : 0;
-    return 1;
-}
-
-#ifndef MFD_HUGETLB
-#define MFD_HUGETLB 4u
-#endif
-#define MFD_HUGE_SHIFT_ 26
-
-/* The file system of hugetlb memory of page shift (0: the default size): what anonymous
- * hugetlb mappings, SHM_HUGETLB segments and hugetlb memfds live on. */
-static void probe_huge(uint32_t shift)
-{
-    int fd = mrc_sys_memfd_create("mrc-probe", 1u /* MFD_CLOEXEC */ | MFD_HUGETLB | (shift << MFD_HUGE_SHIFT_));
-    if (fd < 0)
-        return;
-    struct stat st;
-    if (mrc_sys_fstat(fd, &st) == 0)
-        huge_fs_add(st.st_dev, shift ? shift : huge_default);
-    mrc_sys_close(fd);
-}
-
-static void learn_hugetlb(void)
-{
-    read_lines("/proc/meminfo", meminfo_line, NULL);
-    if (!huge_default)
-        return;
-    probe_huge(0);
-    probe_huge(21);   /* x86-64's sizes */
-    probe_huge(30);
-    read_lines("/proc/self/mountinfo", mount_line, NULL);
+    mrc_procmaps_each_line("/proc/self/maps", seed_exec, &sd);
+    mrc_procmaps_each_line("/proc/self/maps", seed_line, &sd);
 }
 
 void mrc_maps_start(uint64_t base_page, int cache_shared, int on)
@@ -784,7 +585,7 @@ void mrc_maps_start(uint64_t base_page, int cache_shared, int on)
     shared_cached = cache_shared;
     ST(&mrc_maps.files_cached, 0u);
     interest_update();
-    learn_hugetlb();
+    mrc_procmaps_learn_hugetlb();
     ST(&mrc_maps.on, (uint32_t)(on != 0));
     if (on)
         seed();
@@ -816,13 +617,18 @@ void mrc_maps_child_reset(void)
 
 /* ---- what a new mapping is ---- */
 
+static uint32_t log2_of(uint64_t v)
+{
+    return v ? 63u - (uint32_t)__builtin_clzll(v) : 0;
+}
+
 int mrc_maps_describe(int flags, int fd, uint64_t off, struct mrc_map_attr *a)
 {
     memset(a, 0, sizeof(*a));
     int shared = (flags & MAP_TYPE) != MAP_PRIVATE;
     if (flags & MAP_HUGETLB) {
         uint32_t s = (uint32_t)(flags >> MAP_HUGE_SHIFT) & MAP_HUGE_MASK;
-        a->page_shift = s ? s : huge_default;
+        a->page_shift = s ? s : mrc_procmaps_huge_default();
     }
     if (!(flags & MAP_ANONYMOUS)) {
         int saved = errno;
@@ -844,152 +650,4 @@ int mrc_maps_describe(int flags, int fd, uint64_t off, struct mrc_map_attr *a)
     if (shared)
         a->flags |= MRC_MAP_SHARED;
     return a->flags || a->page_shift;
-}
-
-/* ---- a System V attachment libmrcache did not see made ---- */
-
-struct sysv_find {
-    uint64_t addr, end, id;
-    uint32_t shift;
-    int found;
-};
-
-static int sysv_line(const char *line, void *arg)
-{
-    struct sysv_find *f = arg;
-    struct mline l;
-    if (parse_mline(line, &l) || l.start != f->addr)
-        return 0;
-    f->found = prefix(l.path, "/SYSV");
-    f->end = l.end;
-    f->id = l.ino;
-    f->shift = huge_shift_of_dev(l.dev);
-    return 1;
-}
-
-int mrc_maps_read_sysv(uint64_t addr, uint64_t *end, uint64_t *id, uint32_t *page_shift)
-{
-    int saved = errno;
-    struct sysv_find f = { .addr = addr };
-    read_lines("/proc/self/maps", sysv_line, &f);
-    errno = saved;
-    if (!f.found)
-        return 0;
-    *end = f.end;
-    *id = f.id;
-    *page_shift = f.shift;
-    return 1;
-}
-
-/* ---- the mapping holding an address, asked of the kernel ---- */
-
-/* PROCMAP_QUERY (Linux 6.11) answers for one address without formatting every line of
- * /proc/self/maps; its ABI, for headers that predate it. */
-struct procmap_query {
-    uint64_t size, query_flags, query_addr;
-    uint64_t vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
-    uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
-    uint64_t vma_name_addr, build_id_addr;
-};
-#define PROCMAP_QUERY _IOWR('f', 17, struct procmap_query)
-#define PROCMAP_READABLE 0x1u
-#define PROCMAP_WRITABLE 0x2u
-#define PROCMAP_SHARED 0x8u
-
-static int query_vma(int fd, uint64_t addr, struct mrc_vma *v)
-{
-    struct procmap_query q = { .size = sizeof(q), .query_addr = addr };
-    if (mrc_sys_ioctl(fd, PROCMAP_QUERY, &q) != 0)
-        return -1;
-    v->start = q.vma_start;
-    v->end = q.vma_end;
-    v->page_size = q.vma_page_size;
-    v->readable = !!(q.vma_flags & PROCMAP_READABLE);
-    v->writable = !!(q.vma_flags & PROCMAP_WRITABLE);
-    v->shared = (q.vma_flags & PROCMAP_SHARED) || q.inode || q.dev_major || q.dev_minor;
-    return 0;
-}
-
-struct vma_find {
-    uint64_t addr;
-    struct mrc_vma *v;
-    int found;
-};
-
-static int vma_line(const char *line, void *arg)
-{
-    struct vma_find *f = arg;
-    struct mline l;
-    if (parse_mline(line, &l) || f->addr < l.start || f->addr >= l.end)
-        return 0;
-    struct mrc_vma *v = f->v;
-    v->start = l.start;
-    v->end = l.end;
-    uint32_t shift = huge_shift_of_dev(l.dev);
-    v->page_size = shift ? UINT64_C(1) << shift : (uint64_t)sysconf(_SC_PAGESIZE);
-    v->readable = l.perms[0] == 'r';
-    v->writable = l.perms[1] == 'w';
-    v->shared = l.perms[3] == 's' || l.ino || l.dev;
-    f->found = 1;
-    return 1;
-}
-
-int mrc_maps_read_vma_text(uint64_t addr, struct mrc_vma *v)
-{
-    int saved = errno;
-    struct vma_find f = { addr, v, 0 };
-    read_lines("/proc/self/maps", vma_line, &f);
-    errno = saved;
-    return f.found ? 0 : -1;
-}
-
-int mrc_maps_read_vma(uint64_t addr, struct mrc_vma *v)
-{
-    int saved = errno, rc = -1;
-    int fd = mrc_sys_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
-    if (fd >= 0) {
-        rc = query_vma(fd, addr, v);
-        mrc_sys_close(fd);
-    }
-    if (rc != 0 && errno != ENOENT)   /* ENOENT: the kernel's answer, nothing there */
-        rc = mrc_maps_read_vma_text(addr, v);
-    errno = saved;
-    return rc;
-}
-
-/* ---- memory a device may page on demand ---- */
-
-struct demand_walk {
-    uint64_t next, last;   /* the first byte not yet seen mapped; the range's last */
-    int ok;
-};
-
-/* Device memory is mapped from a device file (VM_IO/VM_PFNMAP: nothing to fault in);
- * shm, /dev/zero and hugetlbfs mounted under /dev are ordinary memory. */
-static int device_file(const char *path)
-{
-    return prefix(path, "/dev/") && !prefix(path, "/dev/shm/") && !prefix(path, "/dev/zero") &&
-           !prefix(path, "/dev/hugepages");
-}
-
-static int demand_line(const char *line, void *arg)
-{
-    struct demand_walk *w = arg;
-    struct mline l;
-    if (parse_mline(line, &l) || l.end <= w->next)
-        return 0;
-    if (l.start > w->next || l.perms[0] != 'r' || l.perms[1] != 'w' || device_file(l.path))
-        return 1;   /* a hole, a page it could not write, or a device's */
-    w->next = l.end;
-    w->ok = l.end == 0 || l.end - 1 >= w->last;
-    return w->ok;
-}
-
-int mrc_maps_demand_pageable(uint64_t first, uint64_t last)
-{
-    int saved = errno;
-    struct demand_walk w = { .next = first, .last = last };
-    read_lines("/proc/self/maps", demand_line, &w);
-    errno = saved;
-    return w.ok;
 }

@@ -1,6 +1,7 @@
 /* maps.h - the registry of special mappings: ranges that are hugetlb (their page size),
  * shared (another process may change their pages) or a regular file's (identity, offset);
- * seeded from /proc/self/maps, kept by unmap.c. What it lacks is private anonymous memory.
+ * seeded from the lines of /proc/self/maps (util/procmaps.h parses them), kept by
+ * unmap.c. What it lacks is private anonymous memory.
  * Invariants: no malloc; readers take no lock, writers a short one over its own memory;
  * a record goes only by a change begun after it was made; errno is kept. */
 #ifndef MRC_MAPS_H
@@ -35,10 +36,11 @@ struct mrc_maps_words {
 };
 extern struct mrc_maps_words mrc_maps;
 
-/* Starts the registry (on: whether to keep it at all): learns the hugetlb page sizes and
- * their file systems, and seeds it from /proc/self/maps. shared_cached: registrations
- * over shared memory will be cached (then truncating a shared file must look too). From
- * the constructor, before the program's threads exist. */
+/* Starts the registry (on: whether to keep it at all): has the hugetlb page sizes and
+ * their file systems learned (mrc_procmaps_learn_hugetlb), and seeds it from
+ * /proc/self/maps. shared_cached: registrations over shared memory will be cached (then
+ * truncating a shared file must look too). From the constructor, before the program's
+ * threads exist. */
 void mrc_maps_start(uint64_t base_page, int shared_cached, int on);
 
 /* In a forked child (one thread): the lock is made anew, and the registry read again
@@ -96,33 +98,5 @@ unsigned mrc_maps_file_ranges(uint64_t dev, uint64_t ino, uint64_t lo, uint64_t 
  * file), 0 if private anonymous memory of the base page (or device memory). Asks
  * fstat(2) about a file. */
 int mrc_maps_describe(int flags, int fd, uint64_t off, struct mrc_map_attr *a);
-
-/* The page shift of the largest hugetlb page size there is (0: none). */
-uint32_t mrc_maps_huge_shift_max(void);
-
-/* The System V attachment at addr, read from /proc/self/maps (for one libmrcache did not
- * see made): 1 and its end, id and page shift, or 0. */
-int mrc_maps_read_sysv(uint64_t addr, uint64_t *end, uint64_t *id, uint32_t *page_shift);
-
-/* The kernel's mapping (VMA) holding an address, as the kernel has it now. */
-struct mrc_vma {
-    uint64_t start, end;
-    uint64_t page_size;       /* the mapping's page size (hugetlb: its huge page) */
-    uint32_t readable, writable;
-    uint32_t shared;          /* VM_SHARED, or memory a file or shmem backs: not private anonymous */
-};
-
-/* Asks the kernel which mapping holds addr (PROCMAP_QUERY, else a read of
- * /proc/self/maps): 0 and *v, or -1 where nothing is mapped or neither answers. Not from
- * a hook: it opens a file. Keeps errno. */
-int mrc_maps_read_vma(uint64_t addr, struct mrc_vma *v);
-/* The same answer from /proc/self/maps alone: what mrc_maps_read_vma falls back on where
- * the kernel lacks PROCMAP_QUERY. */
-int mrc_maps_read_vma_text(uint64_t addr, struct mrc_vma *v);
-/* Whether every page of [first, last] is mapped readable and writable and none is a
- * device's (mapped from a /dev file other than shm, zero or hugepages), read from
- * /proc/self/maps: what on-demand paging can serve (a fault on a read-only page fails the
- * device's access). Not from a hook. */
-int mrc_maps_demand_pageable(uint64_t first, uint64_t last);
 
 #endif

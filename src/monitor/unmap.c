@@ -13,6 +13,7 @@
 
 #include "monitor/maps.h"
 #include "monitor/unmap.h"
+#include "util/procmaps.h"
 #include "util/range.h"
 #include "util/real.h"
 
@@ -318,7 +319,7 @@ void *mrc_on_shmat(int id, const void *addr, int flags)
     errno = saved;
     /* The segment's page size is not known before it is attached (shm_segsz says 4096
      * for a SHM_HUGETLB segment attached over a whole huge page): the largest there is. */
-    uint32_t huge = mrc_maps_huge_shift_max();
+    uint32_t huge = mrc_procmaps_huge_shift_max();
     uint64_t psz = huge ? (uint64_t)1 << huge : mrc_monitor.page_size, gen = mrc_maps_gen();
     struct unmap_op op = { .len = 0 };
     if (watch && stat_ok)
@@ -327,7 +328,7 @@ void *mrc_on_shmat(int id, const void *addr, int flags)
     if (p != (void *)-1 && keep) {
         uint64_t end = 0, sid = 0;
         uint32_t shift = 0;
-        if (!mrc_maps_read_sysv((uintptr_t)p, &end, &sid, &shift) && stat_ok)
+        if (!mrc_procmaps_read_sysv((uintptr_t)p, &end, &sid, &shift) && stat_ok)
             end = (uintptr_t)p + round_up(ds.shm_segsz, mrc_monitor.page_size);
         struct mrc_map_attr a = { MRC_MAP_SHARED | MRC_MAP_SYSV, shift, 0, (uint64_t)id, 0 };
         if (end)
@@ -349,7 +350,7 @@ static uint64_t shm_span(uintptr_t addr, uint64_t *id, uint64_t *psz)
     if (mrc_maps_at(addr, &rs, &end, &a) && rs == addr && (a.flags & MRC_MAP_SYSV)) {
         *id = a.ino;
         shift = a.page_shift;
-    } else if (!mrc_maps_read_sysv(addr, &end, id, &shift)) {
+    } else if (!mrc_procmaps_read_sysv(addr, &end, id, &shift)) {
         return 0;
     }
     *psz = shift ? (uint64_t)1 << shift : mrc_monitor.page_size;

@@ -50,10 +50,6 @@ extern struct mrc_monitor mrc_monitor;
 /* Wires the monitors to their sink. At start-up, before any source is installed. */
 void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int preload);
 
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25     /* Linux 6.1 */
-#endif
-
 /* The next mrc_on_* call of this thread ends in fn instead of libc's function (a chained
  * export: the other library's hook). */
 void mrc_monitor_next(void *fn);

@@ -7,10 +7,10 @@
 #include "runtime/state.h"
 #include "util/stats.h"
 
-int mrc_rt_admit(void *arg, uint64_t first, uint64_t last)
+int mrc_rt_admit(void *arg, struct mrc_range *r)
 {
     (void)arg;
-    if (!mrc_maps_admit(first, last))
+    if (!mrc_maps_admit(r->first, r->last))
         return 0;
     mrc_stat_add(MRC_STAT_UNCACHED_SHARED, 1);
     return 1;

@@ -9,7 +9,6 @@
 #include <infiniband/verbs.h>
 
 #include "monitor/glibc_heap.h"
-#include "monitor/maps.h"
 #include "runtime/state.h"
 #include "util/log.h"
 
@@ -30,12 +29,14 @@ uint64_t mrc_rt_expand_init(uint64_t w, uint64_t max_bytes, uint64_t page_size)
     return window;
 }
 
-int mrc_rt_expand(void *arg, uint32_t access, uint64_t qf, uint64_t ql, uint64_t *first, uint64_t *last)
+int mrc_rt_expand(void *arg, struct mrc_range *r, uint32_t access, uint64_t *first, uint64_t *last)
 {
     (void)arg;
-    struct mrc_vma v;
-    if (mrc_maps_read_vma(qf, &v) || v.shared || v.page_size != base_page || !v.readable ||
-        ((access & IBV_ACCESS_LOCAL_WRITE) && !v.writable))
+    uint64_t qf = r->first, ql = r->last;
+    if (!mrc_range_ask(r, MRC_RANGE_VMA)->vma_ok)
+        return 0;
+    struct mrc_vma v = r->vma;
+    if (v.shared || v.page_size != base_page || !v.readable || ((access & IBV_ACCESS_LOCAL_WRITE) && !v.writable))
         return 0;
     /* A malloc'd chunk glibc mapped on its own is the allocation: the kernel may have
      * joined its mapping with a neighbour's, which the program frees apart. */

@@ -326,6 +326,7 @@ static void activate(void)
             .check = mrc_patch_check,
             .watch = mrc_uffd_watch,
             .unwatch = mrc_uffd_unwatch,
+            .describe = mrc_rt_describe,
         },
     };
     if (mrc_rt_expand_init(mrc_rt.cfg.expand, max_bytes, p.page_size))

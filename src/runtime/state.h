@@ -114,17 +114,20 @@ void mrc_rt_bind_verbs(void);
 void mrc_rt_dump_at_exit(void);
 void mrc_rt_dump_now(void);
 
-/* The cache's admission (cache params' admit): 1 if the miss over [first, last] must
- * stay its caller's alone under MRCACHE_SHARED (admit.c). */
-int mrc_rt_admit(void *arg, uint64_t first, uint64_t last);
+/* The cache's admission (cache params' admit): 1 if the miss over r's range must stay
+ * its caller's alone under MRCACHE_SHARED (admit.c). */
+int mrc_rt_admit(void *arg, struct mrc_range *r);
+
+/* The description of a miss's memory (the cache's sources' describe: describe.c). */
+void mrc_rt_describe(struct mrc_range *r, uint32_t ask);
 
 /* MRCACHE_EXPAND (expand.c): the window a local miss may widen to, clipped to a quarter
  * of the cache's byte limit; 0 when off. From init. */
 uint64_t mrc_rt_expand_init(uint64_t window, uint64_t max_bytes, uint64_t page_size);
 /* The cache's expansion (cache params' expand): widens [*first, *last] by the part of
- * the request [qf, ql]'s mapping inside the window around the request, when that mapping
- * is private anonymous memory the access can pin; 1 if it did. */
-int mrc_rt_expand(void *arg, uint32_t access, uint64_t qf, uint64_t ql, uint64_t *first, uint64_t *last);
+ * the request r's mapping inside the window around the request, when that mapping is
+ * private anonymous memory the access can pin; 1 if it did. */
+int mrc_rt_expand(void *arg, struct mrc_range *r, uint32_t access, uint64_t *first, uint64_t *last);
 
 /* For when an unmap source is lost and cannot be made good: no registration is served
  * from the cache again (those cached are invalidated, later ones pass straight

@@ -34,6 +34,9 @@ void *mrc_sys_mremap(void *old, size_t old_size, size_t new_size, int flags, ...
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4   /* Linux 5.7; older headers lack it */
 #endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25     /* Linux 6.1 */
+#endif
 /* Sets out to mremap's optional fifth argument (the new address), read as glibc reads it:
  * for both flags that take one. A macro because va_start must be in the variadic
  * function itself. */

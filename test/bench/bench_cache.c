@@ -13,9 +13,10 @@
 
 #define PG 4096u
 
-static int nop_reg(void *ctx, void *d, uint64_t a, uint64_t l, uint64_t i, uint32_t acc, void **out)
+static int nop_reg(void *ctx, void *d, uint64_t a, uint64_t l, uint64_t i, uint32_t acc, struct mrc_range *r,
+                   void **out)
 {
-    (void)ctx; (void)d; (void)l; (void)i; (void)acc;
+    (void)ctx; (void)d; (void)l; (void)i; (void)acc; (void)r;
     *out = (void *)(uintptr_t)(a | 1);
     return 0;
 }
@@ -40,7 +41,7 @@ static double now(void)
 static void setup_max(uint64_t n, uint64_t max)
 {
     struct mrc_cache_params p = {
-        .ops = { nop_reg, nop_dereg, NULL, NULL }, .max_entries = max, .max_bytes = 1ull << 50,
+        .ops = { .reg = nop_reg, .dereg = nop_dereg }, .max_entries = max, .max_bytes = 1ull << 50,
         .max_deferred_bytes = 1ull << 30, .page_size = PG, .remote_mask = 2, .local_super_mask = 1,
     };
     mrc_cache_init(&cache, &p);

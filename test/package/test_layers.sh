@@ -3,7 +3,7 @@
 # kind of planted break, in a scratch copy of src/: an include from a layer above (the
 # cache core reaching into the runtime, or into a source of memory events, whose contract
 # it owns), an include from a layer beside (the verbs front-end reaching into the
-# back-end past the cache), a folder that is no layer, verbs in the cache core, the program including a hook's header, a system call outside util/sys.c; and in
+# back-end past the cache, the back-end into a source instead of its range's description), a folder that is no layer, verbs in the cache core, the program including a hook's header, a system call outside util/sys.c; and in
 # the library: a PLT call of an interposed function (a small object that calls its own
 # close), and free's call through the PLT once the table no longer marks it deliberate.
 # Usage: test_layers.sh LIB (the library built from src/).
@@ -40,6 +40,10 @@ expect_refused layers_core_into_source_fails 'core/cache.c:[0-9]*: includes "mon
 plant beside
 sed -i '0,/#include "util\/callsite.h"/s//#include "util\/callsite.h"\n#include "backend\/verbs_ops.h"/' "$tmp/beside/verbs/mr.c"
 expect_refused layers_frontend_beside_backend_fails 'verbs/mr.c:[0-9]*: includes "backend/verbs_ops.h": backend stands beside verbs' "$tmp/beside"
+
+plant backend_monitor
+sed -i '0,/#include "backend\/odp.h"/s//#include "backend\/odp.h"\n#include "monitor\/maps.h"/' "$tmp/backend_monitor/backend/odp.c"
+expect_refused layers_backend_beside_monitor_fails 'backend/odp.c:[0-9]*: includes "monitor/maps.h": monitor stands beside backend' "$tmp/backend_monitor"
 
 plant folder
 mkdir "$tmp/folder/misc" && printf '/* a file in no layer */\n' >"$tmp/folder/misc/x.c"

@@ -32,9 +32,10 @@ struct fake_backend {
 };
 
 static int fake_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
-                    uint32_t access, void **out)
+                    uint32_t access, struct mrc_range *range, void **out)
 {
     struct fake_backend *f = ctx;
+    (void)range;
     pthread_mutex_lock(&f->lock);
     if (f->forbidden)
         f->forbidden_calls++;

@@ -470,7 +470,7 @@ static void test_enomem_with_all_in_use_fails(void)
  * deregistered as any; one that fails leaves the caller the first error. */
 static int last_calls, last_fails;
 static int last_unpinned(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
-                         void **reg)
+                         struct mrc_range *r, void **reg)
 {
     last_calls++;
     if (last_fails)
@@ -478,7 +478,7 @@ static int last_unpinned(void *ctx, void *domain, uint64_t addr, uint64_t len, u
     struct fake_backend *f = ctx;
     uint64_t limit = f->limit_bytes;
     f->limit_bytes = 0;
-    int rc = fake_reg(ctx, domain, addr, len, iova, access, reg);
+    int rc = fake_reg(ctx, domain, addr, len, iova, access, r, reg);
     f->limit_bytes = limit;
     return rc ? rc : MRC_REG_UNPINNED;
 }
@@ -528,9 +528,9 @@ static void test_failed_last_try_keeps_first_error(void)
 /* A registration the back-end shares: no registration counted or timed, nothing pinned. */
 static void *shared_reg_obj;
 static int reg_shared(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
-                      void **reg)
+                      struct mrc_range *r, void **reg)
 {
-    (void)ctx, (void)domain, (void)addr, (void)len, (void)iova, (void)access;
+    (void)ctx, (void)domain, (void)addr, (void)len, (void)iova, (void)access, (void)r;
     *reg = &shared_reg_obj;
     return MRC_REG_SHARED;
 }
@@ -576,9 +576,10 @@ static void test_backend_error_passes_through(void)
 #define XWIN (16 * PG)
 static unsigned expand_calls;
 
-static int fake_expand(void *arg, uint32_t access, uint64_t qf, uint64_t ql, uint64_t *first, uint64_t *last)
+static int fake_expand(void *arg, struct mrc_range *r, uint32_t access, uint64_t *first, uint64_t *last)
 {
     (void)arg, (void)access;
+    uint64_t qf = r->first, ql = r->last;
     expand_calls++;
     uint64_t wf = qf & ~(XWIN - 1), wl = wf + XWIN - 1;
     if (ql > wl)
@@ -1117,13 +1118,13 @@ static void test_gauges_peak_after_deregistrations(void)
 static uint64_t slow_seen_ns;
 
 static int slow_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
-                    void **out)
+                    struct mrc_range *r, void **out)
 {
     uint64_t t0 = mrc_now_ns(), t;
     while ((t = mrc_now_ns()) - t0 < SLOW_NS)
         ;
     slow_seen_ns += t - t0;
-    return fake_reg(ctx, domain, addr, len, iova, access, out);
+    return fake_reg(ctx, domain, addr, len, iova, access, r, out);
 }
 
 /* The back-end's time is counted in cheap ticks (the TSC where it is invariant) and
@@ -1498,12 +1499,12 @@ static void test_shared_hints_hold_a_pool(void)
  * or a nested lookup would; a non-zero return fails the registration with it. */
 static int (*in_reg)(uint64_t addr, uint64_t len);
 static int reg_hooked(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
-                      uint32_t access, void **out)
+                      uint32_t access, struct mrc_range *r, void **out)
 {
     int (*f)(uint64_t, uint64_t) = in_reg;
     in_reg = NULL;
     int rc = f ? f(addr, len) : 0;
-    return rc ? rc : fake_reg(ctx, domain, addr, len, iova, access, out);
+    return rc ? rc : fake_reg(ctx, domain, addr, len, iova, access, r, out);
 }
 
 static void setup_hooked(uint64_t max_entries, uint64_t max_bytes)
@@ -1989,10 +1990,10 @@ struct stress_reg {
 };
 
 static int stress_reg_fn(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
-                         uint32_t access, void **out)
+                         uint32_t access, struct mrc_range *range, void **out)
 {
     struct fake_reg *fr;
-    int rc = fake_reg(ctx, domain, addr, len, iova, access, (void **)&fr);
+    int rc = fake_reg(ctx, domain, addr, len, iova, access, range, (void **)&fr);
     if (rc)
         return rc;
     struct stress_reg *r = calloc(1, sizeof(*r));

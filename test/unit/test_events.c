@@ -5,7 +5,9 @@
  * by the back-end, taken out of the cache; a refused deregistration stays watched);
  * events a source read but did not publish yet are flushed before a lookup; the sources
  * are checked before each back-end registration and never on a hit; what pins nothing
- * is prefetched on each get; a domain's flush tells the back-end; the causes' names. */
+ * is prefetched on each get; a domain's flush tells the back-end; what is known of a
+ * miss's memory is asked once per question and handed along, each registration getting
+ * the description of its own range; the causes' names. */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -72,17 +74,47 @@ static void *shared_domain;        /* its registrations are one the back-end sha
 static void *unpinned_domain;      /* its registrations pin nothing */
 static struct fake_reg shared_reg = { .live = 1 };
 
-static int ev_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access, void **out)
+/* ---- the description of a range ---- */
+
+static uint64_t described[8];       /* describe calls per question bit */
+static uint64_t described_first;    /* the range of the last PAGEABLE question */
+static uint64_t ranges_wrong;       /* back-end calls whose description was another range's */
+static int ask_in_reg;              /* the back-end asks, twice per call */
+
+static void src_describe(struct mrc_range *r, uint32_t ask)
+{
+    for (int b = 0; b < 3; b++)
+        if (ask & (1u << b))
+            described[b]++;
+    if (ask & MRC_RANGE_HUGE_OK)
+        r->huge_ok = 1;
+    if (ask & MRC_RANGE_PAGEABLE) {
+        r->pageable = 1;
+        described_first = r->first;
+    }
+    if (ask & MRC_RANGE_VMA) {
+        r->vma_ok = 1;
+        r->vma.start = r->first & ~(uint64_t)(64 * PG - 1);
+        r->vma.end = r->vma.start + 64 * PG;
+    }
+}
+
+static int ev_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access, struct mrc_range *r, void **out)
 {
     if (!is_watched(addr, len))
         regs_unwatched++;
+    if (r->first != addr || r->last != addr + len - 1)
+        ranges_wrong++;
+    for (int i = 0; ask_in_reg && i < 2; i++)
+        if (!mrc_range_ask(r, MRC_RANGE_HUGE_OK | MRC_RANGE_PAGEABLE)->pageable)
+            ranges_wrong++;
     if (refuse_above && len > refuse_above)
         return -EINVAL;
     if (domain == shared_domain) {
         *out = &shared_reg;
         return MRC_REG_SHARED;
     }
-    int rc = fake_reg(ctx, domain, addr, len, iova, access, out);
+    int rc = fake_reg(ctx, domain, addr, len, iova, access, r, out);
     return rc == 0 && domain == unpinned_domain ? MRC_REG_UNPINNED : rc;
 }
 
@@ -123,12 +155,12 @@ static void src_quiesce(void)
     __atomic_store_n(&pending, 0u, __ATOMIC_RELEASE);
 }
 
-static int expand_wide(void *arg, uint32_t access, uint64_t qf, uint64_t ql, uint64_t *first, uint64_t *last)
+static int expand_wide(void *arg, struct mrc_range *r, uint32_t access, uint64_t *first, uint64_t *last)
 {
     (void)arg;
     (void)access;
-    (void)qf;
-    (void)ql;
+    if (!mrc_range_ask(r, MRC_RANGE_VMA)->vma_ok)
+        return 0;
     *first = *first & ~(uint64_t)(16 * PG - 1);
     *last = *first + 16 * PG - 1;
     return 1;
@@ -157,6 +189,9 @@ static void start(int expand)
     watches = unwatches = unmatched = checks = quiesces = regs_unwatched = 0;
     prefetches = 0;
     refuse_above = 0;
+    memset(described, 0, sizeof(described));
+    ranges_wrong = 0;
+    ask_in_reg = 0;
     shared_domain = unpinned_domain = flushed_domain = NULL;
     pending = 0;
     held_len = 0;
@@ -164,7 +199,7 @@ static void start(int expand)
         .ops = { .reg = ev_reg, .dereg = ev_dereg, .ctx = &fb, .prefetch = ev_prefetch,
                  .domain_flushed = ev_domain_flushed },
         .src = { .pending = &pending, .quiesce = src_quiesce, .check = src_check, .watch = src_watch,
-                 .unwatch = src_unwatch },
+                 .unwatch = src_unwatch, .describe = src_describe },
         .max_entries = 100,
         .max_bytes = 1ull << 30,
         .max_deferred_bytes = 1u << 20,
@@ -336,6 +371,28 @@ static void test_domain_flush_tells_the_backend(void)
     end();
 }
 
+static void test_range_described_once_and_handed_along(void)
+{
+    start(1);
+    ask_in_reg = 1;
+    refuse_above = 4 * PG;   /* the expansion's wider range is refused: the request is registered */
+    fb.limit_bytes = 2 * PG;   /* ... and first refused for memory, then made once idle entries went */
+    CHECK(mrc_cache_put(&cache, get(&dom_a, 0xf00000, 2 * PG, LW)) == 0);   /* fills the limit */
+    memset(described, 0, sizeof(described));
+    struct mrc_entry *e = get(&dom_a, 0xf40000, 2 * PG, LW);
+    CHECK(fb.regs == 2 && mrc_entry_start(e) == 0xf40000);
+    CHECKF(described[1] == 1, "the mapping asked %llu times", (unsigned long long)described[1]);
+    /* The refused wider range had its own description; the request's two tries (the
+     * second after evicting) share one. */
+    CHECKF(described[2] == 2 && described_first == 0xf40000, "pageable asked %llu times, last for %#llx",
+           (unsigned long long)described[2], (unsigned long long)described_first);
+    CHECK(described[0] == 2);
+    CHECK(ranges_wrong == 0);
+    CHECK(mrc_cache_put(&cache, e) == 0);
+    fb.limit_bytes = 0;
+    end();
+}
+
 static void test_cause_names(void)
 {
     static const char *const names[MRC_INVAL_LAST] = {
@@ -362,6 +419,7 @@ int main(void)
     RUN(test_sources_checked_before_each_registration_only);
     RUN(test_unpinned_prefetched_on_each_get);
     RUN(test_domain_flush_tells_the_backend);
+    RUN(test_range_described_once_and_handed_along);
     RUN(test_cause_names);
     CHECK_EXIT();
 }

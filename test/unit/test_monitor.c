@@ -27,6 +27,7 @@
 #include "monitor/glibc_heap.h"
 #include "monitor/maps.h"
 #include "monitor/unmap.h"
+#include "util/procmaps.h"
 #include "util/real.h"
 
 #define MAXEV 32
@@ -275,7 +276,7 @@ static void test_hugetlb_record_widens_to_the_huge_page(void)
  * the kernel has one to give). */
 static void test_mmap_fixed_hugetlb_announces_the_huge_page(void)
 {
-    if (!mrc_maps_huge_shift_max()) {
+    if (!mrc_procmaps_huge_shift_max()) {
         SKIP_TEST("no hugetlb in this kernel");
         return;
     }
@@ -556,7 +557,8 @@ static void test_free_of_mmapped_chunk(void)
 
 /* The mapping holding an address, from PROCMAP_QUERY and from /proc/self/maps: the two
  * agree, on private anonymous memory (its ends cut by PROT_NONE pages), a read-only
- * page, a shared mapping and a file's, and on an unmapped page (none). */
+ * page, a shared mapping, a file's and the stack (whose start moves as it grows), and on
+ * an unmapped page (none). */
 static void test_read_vma(void)
 {
     char *p = mmap(NULL, 8 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -567,18 +569,21 @@ static void test_read_vma(void)
     CHECK(mprotect(p, (size_t)pg, PROT_NONE) == 0);
     CHECK(mprotect(p + 6 * pg, (size_t)pg, PROT_READ) == 0);
     CHECK(munmap(p + 7 * pg, (size_t)pg) == 0);
+    volatile char on_stack = 0;
     struct { uint64_t addr; int found; uint64_t start, end; uint32_t r, w, shared; } want[] = {
         { (uintptr_t)p + 2 * pg + 5, 1, (uintptr_t)p + pg, (uintptr_t)p + 6 * pg, 1, 1, 0 },
         { (uintptr_t)p, 1, (uintptr_t)p, (uintptr_t)p + pg, 0, 0, 0 },
         { (uintptr_t)p + 6 * pg, 1, (uintptr_t)p + 6 * pg, (uintptr_t)p + 7 * pg, 1, 0, 0 },
         { (uintptr_t)s, 1, (uintptr_t)s, (uintptr_t)s + pg, 1, 1, 1 },
         { (uintptr_t)&test_read_vma, 1, 0, 0, 1, 0, 1 },   /* this program's text: a file's */
+        { (uintptr_t)&on_stack, 1, 0, 0, 1, 1, 0 },
         { (uintptr_t)p + 7 * pg, 0, 0, 0, 0, 0, 0 },
     };
     for (unsigned i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        struct mrc_vma q = { 0 };
         for (int text = 0; text < 2; text++) {
             struct mrc_vma v = { 0 };
-            int rc = text ? mrc_maps_read_vma_text(want[i].addr, &v) : mrc_maps_read_vma(want[i].addr, &v);
+            int rc = text ? mrc_procmaps_read_vma_text(want[i].addr, &v) : mrc_procmaps_read_vma(want[i].addr, &v);
             CHECKF((rc == 0) == want[i].found, "case %u, %s: rc %d", i, text ? "text" : "query", rc);
             if (rc || !want[i].found)
                 continue;
@@ -587,6 +592,11 @@ static void test_read_vma(void)
                    "case %u, %s: %#llx-%#llx r%u w%u shared %u page %llu", i, text ? "text" : "query",
                    (unsigned long long)v.start, (unsigned long long)v.end, v.readable, v.writable, v.shared,
                    (unsigned long long)v.page_size);
+            /* Where the ends are not known beforehand, the two agree on the end (a
+             * stack's start moves down as it grows). */
+            CHECKF(!text || want[i].end || v.end == q.end, "case %u: text ends at %#llx, query at %#llx", i,
+                   (unsigned long long)v.end, (unsigned long long)q.end);
+            q = v;
         }
     }
     munmap(p, 7 * (size_t)pg);

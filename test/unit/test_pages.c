@@ -13,6 +13,7 @@
 
 #include "backend/pagescan.h"
 #include "backend/prepare.h"
+#include "runtime/state.h"
 #include "check.h"
 #include "monitor/maps.h"
 #include "monitor/unmap.h"
@@ -22,6 +23,15 @@
 #define MIB (1ul << 20)
 #define HUGE MRC_HUGE_SIZE
 
+
+/* The back-end's preparation of [addr, addr + len) for a pin, described as the runtime
+ * describes a miss's memory (the registry, the program's refusals). */
+static void prepare(uint64_t addr, uint64_t len, int writable)
+{
+    struct mrc_range r;
+    mrc_range_init(&r, addr, addr + len - 1, mrc_rt_describe);
+    mrc_prepare(addr, len, writable, &r);
+}
 static const char *thp;   /* the system's setting: always, madvise or never */
 
 static uint64_t stat_now(enum mrc_stat s)
@@ -110,7 +120,7 @@ static void test_advice_over_empty_extents_only(void)
     configure(MRC_HUGE_ADVISE, 0, 1);
     /* From inside the first extent to inside the last: the interior is extents 1-3,
      * of which 2 and 3 are empty and 1 is not. */
-    mrc_prepare((uintptr_t)p + 4096, 10 * MIB - 8192, 1);
+    prepare((uintptr_t)p + 4096, 10 * MIB - 8192, 1);
     CHECKF(stat_now(MRC_STAT_HUGE_ADVISED) == 4 * MIB, "%llu KiB",
            (unsigned long long)stat_now(MRC_STAT_HUGE_ADVISED) >> 10);
     memset(p, 2, 10 * MIB);
@@ -125,7 +135,7 @@ static void test_advice_over_empty_extents_only(void)
     struct mrc_prepare_params big = { MRC_HUGE_ADVISE, 8 * MIB, 0, 1 };
     mrc_prepare_init(&big);
     mrc_stats_reset();
-    mrc_prepare((uintptr_t)q, 4 * MIB, 1);
+    prepare((uintptr_t)q, 4 * MIB, 1);
     CHECK(stat_now(MRC_STAT_HUGE_ADVISED) == 0);
     munmap(q, 4 * MIB);
     munmap(p, 10 * MIB);
@@ -148,7 +158,7 @@ static void test_collapse_keeps_data(void)
         return (void)SKIP_TEST("THP is always: touched memory is huge already");
     }
     configure(MRC_HUGE_COLLAPSE, 0, 1);
-    mrc_prepare((uintptr_t)p, 4 * MIB, 1);
+    prepare((uintptr_t)p, 4 * MIB, 1);
     CHECK(mrc_pagescan_mix((uintptr_t)p, (uintptr_t)p + 4 * MIB, &after) == 0);
     int bad = 0;
     for (size_t i = 0; i < 4 * MIB; i += 4096)
@@ -169,18 +179,18 @@ static void test_no_advice_over_special_or_refused_memory(void)
     struct mrc_map_attr a = { .flags = MRC_MAP_SHARED };
     mrc_maps_set((uintptr_t)p, (uintptr_t)p + 4 * MIB, &a, mrc_maps_gen());
     configure(MRC_HUGE_COLLAPSE, 0, 1);
-    mrc_prepare((uintptr_t)p, 4 * MIB, 1);
+    prepare((uintptr_t)p, 4 * MIB, 1);
     CHECK(stat_now(MRC_STAT_HUGE_ADVISED) == 0);
     mrc_maps_clear((uintptr_t)p, (uintptr_t)p + 4 * MIB, mrc_maps_gen(), -1);
     munmap(p, 4 * MIB);
     /* Private memory, but the program has turned huge pages off somewhere. */
     char *q = check_map_aligned(4 * MIB, HUGE);
-    mrc_prepare((uintptr_t)q, 4 * MIB, 1);
+    prepare((uintptr_t)q, 4 * MIB, 1);
     uint64_t advised = stat_now(MRC_STAT_HUGE_ADVISED);
     mrc_stats_reset();
     char *r = check_map_aligned(4 * MIB, HUGE);
     CHECK(mrc_on_madvise(r, 4096, MADV_NOHUGEPAGE) == 0);
-    mrc_prepare((uintptr_t)q, 4 * MIB, 1);
+    prepare((uintptr_t)q, 4 * MIB, 1);
     CHECK(stat_now(MRC_STAT_HUGE_ADVISED) == 0);
     if (scan_works() && strcmp(thp, "never"))
         CHECK(advised == 4 * MIB);   /* the control: the same call advised before */
@@ -199,7 +209,7 @@ static void test_populate_in_parallel(void)
         return;
     memset(p, 1, 8 * MIB);   /* resident already: not counted */
     configure(MRC_HUGE_OFF, 32 * MIB, 4);
-    mrc_prepare((uintptr_t)p, 64 * MIB, 1);
+    prepare((uintptr_t)p, 64 * MIB, 1);
     struct mrc_page_mix m;
     CHECK(mrc_pagescan_mix((uintptr_t)p, (uintptr_t)p + 64 * MIB, &m) == 0);
     CHECKF(m.absent_bytes == 0, "%llu KiB absent", (unsigned long long)m.absent_bytes >> 10);
@@ -208,9 +218,9 @@ static void test_populate_in_parallel(void)
     /* Below the threshold (or with one thread) the pin faults pages in itself. */
     char *q = check_map_aligned(16 * MIB, HUGE);
     mrc_stats_reset();
-    mrc_prepare((uintptr_t)q, 16 * MIB, 1);
+    prepare((uintptr_t)q, 16 * MIB, 1);
     configure(MRC_HUGE_OFF, 1 * MIB, 1);
-    mrc_prepare((uintptr_t)q, 16 * MIB, 0);
+    prepare((uintptr_t)q, 16 * MIB, 0);
     CHECK(stat_now(MRC_STAT_POPULATED) == 0);
     CHECK(mrc_pagescan_mix((uintptr_t)q, (uintptr_t)q + 16 * MIB, &m) == 0 && m.absent_bytes == 16 * MIB);
     munmap(q, 16 * MIB);
