@@ -52,7 +52,7 @@ MRC_HOT static inline int is_remote(const struct mrc_cache *c, uint32_t access)
  * atomics because a lock-free caller may be looking at an entry being reused; such a
  * caller repeats the test once it holds a reference. */
 MRC_HOT static inline int entry_serves(const struct mrc_cache *c, const struct mrc_entry *e, void *domain,
-                                uint64_t first, uint64_t last, int64_t iova_off, uint32_t access)
+                                       uint64_t first, uint64_t last, int64_t iova_off, uint32_t access)
 {
     if (LD(&e->domain) != domain || LD(&e->iova_off) != iova_off)
         return 0;
@@ -112,8 +112,8 @@ MRC_HOT static inline int in_parked_run(const struct mrc_cache *c, const struct 
     return 0;
 }
 
-MRC_HOT static inline struct mrc_entry *hint_try(struct mrc_cache *c, const struct mrc_hint *h, void *domain, uint64_t first,
-                                          uint64_t last, int64_t iova_off, uint32_t access)
+MRC_HOT static inline struct mrc_entry *hint_try(struct mrc_cache *c, const struct mrc_hint *h, void *domain,
+                                                 uint64_t first, uint64_t last, int64_t iova_off, uint32_t access)
 {
     struct mrc_entry *e = h->e;
     if (!e || h->page != first >> 12 || !entry_serves(c, e, domain, first, last, iova_off, access))
@@ -131,7 +131,7 @@ MRC_HOT static inline struct mrc_entry *hint_try(struct mrc_cache *c, const stru
 }
 
 MRC_HOT static inline struct mrc_entry *hint_lookup(struct mrc_cache *c, struct mrc_thread_state *t, void *domain,
-                                             uint64_t first, uint64_t last, int64_t iova_off, uint32_t access)
+                                                    uint64_t first, uint64_t last, int64_t iova_off, uint32_t access)
 {
     unsigned s = hint_set(domain, first);
     struct mrc_entry *e = hint_try(c, &t->hint[s], domain, first, last, iova_off, access);
@@ -184,7 +184,7 @@ MRC_HOT static inline unsigned shared_set(const void *domain, uint64_t first)
 }
 
 MRC_HOT static inline struct mrc_entry *shared_lookup(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
-                                               int64_t iova_off, uint32_t access)
+                                                      int64_t iova_off, uint32_t access)
 {
     struct mrc_hint *tab = __atomic_load_n(&c->shared, __ATOMIC_ACQUIRE);
     if (!tab)

@@ -145,8 +145,8 @@ MRC_HOT static inline void gauge_made_locked(struct mrc_cache *c, uint64_t len)
 
 /* Fills in a fresh entry (ref still 0) for a registration just made; the caller counts
  * it in the gauges (gauge_made_locked). */
-MRC_HOT static inline void entry_init(struct mrc_cache *c, struct mrc_entry *e, void *domain, uint64_t first, uint64_t last,
-                               int64_t iova_off, uint32_t access, void *reg, int unpinned)
+MRC_HOT static inline void entry_init(struct mrc_cache *c, struct mrc_entry *e, void *domain, uint64_t first,
+                                      uint64_t last, int64_t iova_off, uint32_t access, void *reg, int unpinned)
 {
     /* Relaxed atomic stores: a stale hint may be reading these; it cannot take a
      * reference until ref is published non-zero. */

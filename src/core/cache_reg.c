@@ -132,7 +132,8 @@ MRC_HOT int mrc_cache_miss_register(struct mrc_cache *c, struct mrc_miss *m, voi
     return rc;
 }
 
-int mrc_cache_get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last, int64_t iova_off, uint32_t access, struct mrc_entry **out)
+int mrc_cache_get_private(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last, int64_t iova_off,
+                          uint32_t access, struct mrc_entry **out)
 {
     void *reg;
     struct mrc_range r;

@@ -45,32 +45,32 @@ static int shared_cached;
 /* Acquire loads and release stores throughout (plain moves on x86): a reader's loads of
  * a record then happen before its second look at the sequence, and a writer's stores
  * after its first (the sequence count without fences, which ThreadSanitizer lacks). */
-#define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define LOAD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
 static void rec_load(struct rec *dst, const struct rec *src)
 {
-    dst->start = LD(&src->start);
-    dst->end = LD(&src->end);
-    dst->dev = LD(&src->dev);
-    dst->ino = LD(&src->ino);
-    dst->off = LD(&src->off);
-    dst->gen = LD(&src->gen);
-    dst->flags = LD(&src->flags);
-    dst->shift = LD(&src->shift);
+    dst->start = LOAD_ACQ(&src->start);
+    dst->end = LOAD_ACQ(&src->end);
+    dst->dev = LOAD_ACQ(&src->dev);
+    dst->ino = LOAD_ACQ(&src->ino);
+    dst->off = LOAD_ACQ(&src->off);
+    dst->gen = LOAD_ACQ(&src->gen);
+    dst->flags = LOAD_ACQ(&src->flags);
+    dst->shift = LOAD_ACQ(&src->shift);
     dst->spare = 0;
 }
 
 static void rec_store(struct rec *dst, const struct rec *src)
 {
-    ST(&dst->start, src->start);
-    ST(&dst->end, src->end);
-    ST(&dst->dev, src->dev);
-    ST(&dst->ino, src->ino);
-    ST(&dst->off, src->off);
-    ST(&dst->gen, src->gen);
-    ST(&dst->flags, src->flags);
-    ST(&dst->shift, src->shift);
+    STORE_REL(&dst->start, src->start);
+    STORE_REL(&dst->end, src->end);
+    STORE_REL(&dst->dev, src->dev);
+    STORE_REL(&dst->ino, src->ino);
+    STORE_REL(&dst->off, src->off);
+    STORE_REL(&dst->gen, src->gen);
+    STORE_REL(&dst->flags, src->flags);
+    STORE_REL(&dst->shift, src->shift);
 }
 
 /* A file's mapping whose registrations are cached. A private one is admitted as shared
@@ -96,13 +96,13 @@ static void interest_update(void)
 static void account(const struct rec *r, int sign)
 {
     uint32_t d = (uint32_t)sign;
-    ST(&mrc_maps.n, mrc_maps.n + d);
+    STORE_REL(&mrc_maps.n, mrc_maps.n + d);
     if (r->shift)
-        ST(&mrc_maps.nhuge, mrc_maps.nhuge + d);
+        STORE_REL(&mrc_maps.nhuge, mrc_maps.nhuge + d);
     if (refused(r->flags))
-        ST(&mrc_maps.nrefused, mrc_maps.nrefused + d);
+        STORE_REL(&mrc_maps.nrefused, mrc_maps.nrefused + d);
     if (cached_file(r->flags))
-        ST(&mrc_maps.nfile, mrc_maps.nfile + d);
+        STORE_REL(&mrc_maps.nfile, mrc_maps.nfile + d);
     interest_update();
 }
 
@@ -112,7 +112,7 @@ static uint32_t find(const struct rec *v, uint32_t n, uint64_t addr)
     uint32_t lo = 0, hi = n;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (LD(&v[mid].end) <= addr)
+        if (LOAD_ACQ(&v[mid].end) <= addr)
             lo = mid + 1;
         else
             hi = mid;
@@ -126,9 +126,9 @@ static void lose(void)
 {
     if (mrc_maps.lost)
         return;
-    ST(&mrc_maps.lost, 1u);
-    ST(&mrc_maps.files_cached, 1u);
-    ST(&mrc_maps.nhuge, mrc_maps.nhuge + LOST_BIAS);
+    STORE_REL(&mrc_maps.lost, 1u);
+    STORE_REL(&mrc_maps.files_cached, 1u);
+    STORE_REL(&mrc_maps.nhuge, mrc_maps.nhuge + LOST_BIAS);
     interest_update();
 }
 
@@ -157,7 +157,7 @@ static int reserve(uint32_t extra)
 static void write_begin(void)
 {
     pthread_mutex_lock(&lock);
-    ST(&seq, seq + 1);
+    STORE_REL(&seq, seq + 1);
 }
 
 static void write_end(void)
@@ -245,7 +245,7 @@ void mrc_maps_set(uint64_t start, uint64_t end, const struct mrc_map_attr *a, ui
         mrc_maps_clear(start, end, gen, -1);   /* no lock unless something is there */
         return;
     }
-    if (!LD(&mrc_maps.on) || start >= end)
+    if (!LOAD_ACQ(&mrc_maps.on) || start >= end)
         return;
     int saved = errno;
     write_begin();
@@ -272,15 +272,15 @@ static void read_begin(struct reader *r)
         __builtin_ia32_pause();
     }
     r->v = __atomic_load_n(&recs, __ATOMIC_ACQUIRE);
-    r->n = LD(&mrc_maps.n);
-    uint64_t c = LD(&r->v[-1].spare);
+    r->n = LOAD_ACQ(&mrc_maps.n);
+    uint64_t c = LOAD_ACQ(&r->v[-1].spare);
     if (r->n > c)   /* a torn view: the sequence check rejects it */
         r->n = (uint32_t)c;
 }
 
 static int read_again(const struct reader *r)
 {
-    return LD(&seq) != r->s;
+    return LOAD_ACQ(&seq) != r->s;
 }
 
 /* Calls fn(r, in, out) for the records overlapping [start, end) in address order, until
@@ -326,8 +326,8 @@ static uint32_t overlap_flags(uint64_t start, uint64_t end)
     do {
         read_begin(&rd);
         any = 0;
-        for (uint32_t i = find(rd.v, rd.n, start); i < rd.n && LD(&rd.v[i].start) < end; i++)
-            any |= LD(&rd.v[i].flags) | OVERLAPS;
+        for (uint32_t i = find(rd.v, rd.n, start); i < rd.n && LOAD_ACQ(&rd.v[i].start) < end; i++)
+            any |= LOAD_ACQ(&rd.v[i].flags) | OVERLAPS;
     } while (read_again(&rd));
     return any;
 }
@@ -372,9 +372,9 @@ static int shift_fn(const struct rec *r, const void *in, void *out)
 
 uint64_t mrc_maps_page_size(uint64_t start, uint64_t end)
 {
-    if (__builtin_expect(!LD(&mrc_maps.nhuge), 1))
+    if (__builtin_expect(!LOAD_ACQ(&mrc_maps.nhuge), 1))
         return base;
-    if (LD(&mrc_maps.lost))
+    if (LOAD_ACQ(&mrc_maps.lost))
         return mrc_procmaps_huge_shift_max() ? (uint64_t)1 << mrc_procmaps_huge_shift_max() : base;
     if (outside(start, end))
         return base;
@@ -385,7 +385,7 @@ uint64_t mrc_maps_page_size(uint64_t start, uint64_t end)
 
 int mrc_maps_special(uint64_t start, uint64_t end)
 {
-    if (!LD(&mrc_maps.on) || LD(&mrc_maps.lost))
+    if (!LOAD_ACQ(&mrc_maps.on) || LOAD_ACQ(&mrc_maps.lost))
         return 1;
     return overlap_flags(start, end) != 0;
 }
@@ -430,14 +430,14 @@ uint64_t mrc_maps_sysv_end(uint64_t addr, uint64_t limit, uint64_t id)
 
 int mrc_maps_admit(uint64_t first, uint64_t last)
 {
-    if (LD(&mrc_maps.lost))
+    if (LOAD_ACQ(&mrc_maps.lost))
         return !shared_cached;
     uint32_t any = overlap_flags(first, last == UINT64_MAX ? UINT64_MAX : last + 1);
     if (refused(any))
         return 1;
     /* Set before the registration is made, so that a truncation that found it clear
      * has either run before the pages are pinned or looks again after its call. */
-    if (cached_file(any) && !LD(&mrc_maps.files_cached)) {
+    if (cached_file(any) && !LOAD_ACQ(&mrc_maps.files_cached)) {
         pthread_mutex_lock(&lock);
         __atomic_store_n(&mrc_maps.files_cached, 1u, __ATOMIC_SEQ_CST);
         interest_update();
@@ -480,7 +480,7 @@ static int file_fn(const struct rec *r, const void *in, void *out)
 unsigned mrc_maps_file_ranges(uint64_t dev, uint64_t ino, uint64_t lo, uint64_t hi, uint64_t *start, uint64_t *len,
                               unsigned max)
 {
-    if (LD(&mrc_maps.lost)) {
+    if (LOAD_ACQ(&mrc_maps.lost)) {
         start[0] = 0;
         len[0] = UINT64_MAX;
         return 1;
@@ -583,10 +583,10 @@ void mrc_maps_start(uint64_t base_page, int cache_shared, int on)
     int saved = errno;
     base = base_page;
     shared_cached = cache_shared;
-    ST(&mrc_maps.files_cached, 0u);
+    STORE_REL(&mrc_maps.files_cached, 0u);
     interest_update();
     mrc_procmaps_learn_hugetlb();
-    ST(&mrc_maps.on, (uint32_t)(on != 0));
+    STORE_REL(&mrc_maps.on, (uint32_t)(on != 0));
     if (on)
         seed();
     errno = saved;
@@ -594,7 +594,7 @@ void mrc_maps_start(uint64_t base_page, int cache_shared, int on)
 
 void mrc_maps_child_reset(void)
 {
-    if (!LD(&mrc_maps.on))
+    if (!LOAD_ACQ(&mrc_maps.on))
         return;
     if (pthread_mutex_trylock(&lock) == 0 && !(seq & 1)) {
         pthread_mutex_unlock(&lock);

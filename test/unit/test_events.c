@@ -99,7 +99,8 @@ static void src_describe(struct mrc_range *r, uint32_t ask)
     }
 }
 
-static int ev_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access, struct mrc_range *r, void **out)
+static int ev_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
+                  struct mrc_range *r, void **out)
 {
     if (!is_watched(addr, len))
         regs_unwatched++;
