@@ -1,8 +1,8 @@
 /* cache.c - the get and the put: lookup (hints, shared hints, the tree), a miss's way
- * into the cache phase by phase (get), lazy release, eviction past the limits, a
- * registration taken out or retired, the cache's birth and end. A miss's registration
- * is cache_reg.c, invalidation cache_inval.c, deregistration cache_dereg.c, the walks
- * of the whole cache cache_walk.c.
+ * into the cache phase by phase (get), lazy release (evicting past the limits), the
+ * cache's birth and end. A miss's registration is cache_reg.c, invalidation
+ * cache_inval.c, deregistration cache_dereg.c, what is held out of the tree (taken,
+ * retired) cache_held.c, eviction and the other walks of the whole cache cache_walk.c.
  * Concurrency: the tree, LRU, deferred list and parked runs are under one mutex, never
  * held across a back-end call. Hits avoid it: a thread's hints (recent entries), then
  * the cache's shared hints (entries the tree served), are taken with
@@ -214,37 +214,6 @@ void mrc_cache_drain(struct mrc_cache *c)
     struct mrc_entry *failed = mrc_cache_failed_take(c, NULL, NULL);
     drain(c, 1);
     mrc_cache_failed_retry(c, failed);
-}
-
-/* Evicts idle entries, least recently used first, until the tree is within its limits
- * (or everything idle when all is set). Returns the victims, linked through lru_next. */
-struct mrc_entry *mrc_cache_evict_locked(struct mrc_cache *c, int all, struct mrc_entry *victims)
-{
-    settle_locked(c);   /* parked entries are still on the LRU, but out of the tree */
-    batch_flush_locked(c, thread_state(c));
-    uint64_t budget = c->tree_count;
-    struct mrc_entry *e = c->lru.lru_next;
-    while (budget-- > 0 && e != &c->lru) {
-        if (!all && !over_limits_locked(c))
-            break;
-        struct mrc_entry *next = e->lru_next;
-        if (evict_idle_locked(c, e, &victims)) {
-            mrc_stat_add(MRC_STAT_EVICTIONS, 1);
-        } else {
-            /* In use now, so recently used when released. */
-            lru_unlink(e);
-            lru_add_tail(c, e);
-        }
-        e = next;
-    }
-    /* Past a limit still (all in use): every release evicts until it is met. Every entry
-     * then looks older than a quarter of the tree, so that its release reads over_limit
-     * (see evict_released); the clock only orders moves, it counts nothing. */
-    uint32_t over = (uint32_t)over_limits_locked(c);
-    ST(&c->over_limit, over);
-    if (over)
-        ST(&c->lru_clock, c->lru_clock + c->tree_count + 1);
-    return victims;
 }
 
 /* ---- get / put ---- */
@@ -551,7 +520,11 @@ MRC_HOT static int miss_insert(struct mrc_cache *c, struct mrc_thread_state *t, 
     __atomic_store_n(&e->ref, 2u, __ATOMIC_RELEASE);   /* the tree's and the caller's */
     ST(&c->tree_count, c->tree_count + 1);
     miss_done(c);
-    struct mrc_entry *victims = over_limits_locked(c) ? mrc_cache_evict_locked(c, 0, NULL) : NULL;
+    struct mrc_entry *victims = NULL;
+    if (over_limits_locked(c)) {
+        batch_flush_locked(c, t);   /* this thread's pending LRU moves first: they are recent */
+        victims = mrc_cache_evict_locked(c, 0, NULL);
+    }
     struct mrc_entry *dead = take_deferred_locked(c);
     pthread_mutex_unlock(&c->lock);
     mrc_cache_dereg_list(c, victims);
@@ -652,8 +625,8 @@ __attribute__((noinline)) static int release_last(struct mrc_cache *c, struct mr
  * entry then being in use: the entries released since are the only idle ones, so the
  * one just released (idle, if nobody took it again meanwhile) is the one to evict, now,
  * in O(1). Not in a hook: puts never are. The check costs a release nothing while within
- * the limits: mrc_cache_evict_locked, leaving the tree past one, also advances lru_clock past every
- * entry's stamp, so that each release takes put's slower path, where over_limit is read. */
+ * the limits: mrc_cache_evict_locked, leaving the tree past one, also advances lru_clock
+ * past every entry's stamp, so that each release takes put's slower path, where over_limit is read. */
 __attribute__((noinline, cold)) static void evict_released(struct mrc_cache *c, struct mrc_entry *e)
 {
     struct mrc_entry *victim = NULL;

@@ -179,7 +179,8 @@ struct mrc_miss {
 
 /* Evicts idle entries, least recently used first, until the tree is within its limits
  * (or everything idle when all is set), onto victims; returns them, linked through
- * lru_next (cache.c). */
+ * lru_next (cache_walk.c). The caller applies its thread's pending LRU moves first
+ * where the order matters. */
 struct mrc_entry *mrc_cache_evict_locked(struct mrc_cache *c, int all, struct mrc_entry *victims);
 
 /* ---- a miss's registration (cache_reg.c; never under the lock) ---- */

@@ -1,11 +1,41 @@
-/* cache_walk.c - what walks the whole cache, off the registration path: flushes (of
- * everything, of a domain, of what a caller matches), the idle timeout's expiry, the
- * largest registrations, the idle bytes and the gauges.
+/* cache_walk.c - what walks the whole cache: eviction past the limits (least recently
+ * used first), flushes (of everything, of a domain, of what a caller matches), the idle
+ * timeout's expiry, the largest registrations, the idle bytes and the gauges.
  * Invariants: each settles parked runs first (their entries are still on the LRU, out of
  * the tree); none holds the lock across a back-end call (victims are deregistered once
  * it is let go) or for more than EXPIRE_CHUNK entries of an expiry at a time. */
 #include "core/cache.h"
 #include "core/cache_priv.h"
+
+/* Evicts idle entries, least recently used first, until the tree is within its limits
+ * (or everything idle when all is set). Returns the victims, linked through lru_next. */
+struct mrc_entry *mrc_cache_evict_locked(struct mrc_cache *c, int all, struct mrc_entry *victims)
+{
+    settle_locked(c);   /* parked entries are still on the LRU, but out of the tree */
+    uint64_t budget = c->tree_count;
+    struct mrc_entry *e = c->lru.lru_next;
+    while (budget-- > 0 && e != &c->lru) {
+        if (!all && !over_limits_locked(c))
+            break;
+        struct mrc_entry *next = e->lru_next;
+        if (evict_idle_locked(c, e, &victims)) {
+            mrc_stat_add(MRC_STAT_EVICTIONS, 1);
+        } else {
+            /* In use now, so recently used when released. */
+            lru_unlink(e);
+            lru_add_tail(c, e);
+        }
+        e = next;
+    }
+    /* Past a limit still (all in use): every release evicts until it is met. Every entry
+     * then looks older than a quarter of the tree, so that its release reads over_limit
+     * (see evict_released); the clock only orders moves, it counts nothing. */
+    uint32_t over = (uint32_t)over_limits_locked(c);
+    ST(&c->over_limit, over);
+    if (over)
+        ST(&c->lru_clock, c->lru_clock + c->tree_count + 1);
+    return victims;
+}
 
 uint64_t mrc_cache_flush_counted(struct mrc_cache *c, int (*match)(const struct mrc_entry *e, void *arg), void *arg,
                                  uint64_t *refused)
@@ -97,7 +127,7 @@ uint64_t mrc_cache_expire(struct mrc_cache *c, uint32_t ticks)
         total += n;
         mrc_stat_add(MRC_STAT_EXPIRED, n);
         /* The moves gave entries fresh LRU stamps: past a limit still, every release
-         * must again look old enough to read over_limit (see evict_locked). */
+         * must again look old enough to read over_limit (see mrc_cache_evict_locked). */
         if (LD(&c->over_limit)) {
             uint32_t over = (uint32_t)over_limits_locked(c);
             ST(&c->over_limit, over);
