@@ -19,19 +19,33 @@
 /* The rights that make the kernel pin pages for writing (its ib_access_writable). */
 #define WRITABLE (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
 
+/* A pd's implicit ODP MR serves the request (MRCACHE_ODP=implicit): it follows the
+ * mapping, so there is nothing to watch and nothing stale after an unmap. */
+static int verbs_shared(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
+                        struct mrc_range *r, void **reg)
+{
+    (void)ctx;
+    (void)len;
+    struct ibv_mr *implicit;
+    if (!mrc_odp_implicit_get(domain, addr, iova, access, r, &implicit))
+        return 0;
+    mrc_stat_add(MRC_STAT_ODP_IMPLICIT, 1);
+    *reg = implicit;
+    return 1;
+}
+
+/* Huge pages and a parallel fault-in first (each off below its threshold). */
+MRC_HOT static void verbs_prepare(void *ctx, uint64_t addr, uint64_t len, uint32_t access, struct mrc_range *r)
+{
+    (void)ctx;
+    mrc_prepare(addr, len, (access & WRITABLE) != 0, r);
+}
+
 MRC_HOT static int verbs_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                              uint32_t access, struct mrc_range *r, void **reg)
 {
     (void)ctx;
-    struct ibv_mr *implicit;
-    if (mrc_odp_implicit_get(domain, addr, iova, access, r, &implicit)) {
-        /* Follows the mapping: nothing to watch, nothing stale after an unmap. */
-        mrc_stat_add(MRC_STAT_ODP_IMPLICIT, 1);
-        *reg = implicit;
-        return MRC_REG_SHARED;
-    }
-    /* Huge pages and a parallel fault-in first (each off below its threshold). */
-    mrc_prepare(addr, len, (access & WRITABLE) != 0, r);
+    (void)r;
     errno = 0;
     struct ibv_mr *mr = mrc_real.reg_mr_iova2(domain, (void *)(uintptr_t)addr, len, iova, access);
     if (!mr)
@@ -77,8 +91,8 @@ static void verbs_domain_flushed(void *ctx, void *domain)
 }
 
 const struct mrc_cache_ops mrc_backend_ops = {
-    .reg = verbs_reg, .reg_last = verbs_reg_last, .dereg = verbs_dereg, .prefetch = verbs_prefetch,
-    .domain_flushed = verbs_domain_flushed,
+    .shared = verbs_shared, .prepare = verbs_prepare, .reg = verbs_reg, .reg_last = verbs_reg_last,
+    .dereg = verbs_dereg, .prefetch = verbs_prefetch, .domain_flushed = verbs_domain_flushed,
 };
 
 void mrc_backend_keys(const void *reg, uint32_t *lkey, uint32_t *rkey)

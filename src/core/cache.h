@@ -23,10 +23,21 @@
 #define MRC_REG_SHARED 2     /* no registration made: one the back-end shares serves it
                               * (out of the pinned gauges, not counted as a registration) */
 
+/* A back-end registration of [addr, addr+len) at iova with access in domain goes: the
+ * sources checked, shared (a registration the back-end shares may serve it: nothing
+ * pinned, nothing watched), else prepare (what the back-end does to the memory first),
+ * the sources watch the range, reg pins it. In each, r describes [addr, addr+len) (ask it
+ * what is needed: mrc_range_ask). */
 struct mrc_cache_ops {
-    /* Registers [addr, addr+len) at iova with access in domain: 0, MRC_REG_UNPINNED or
-     * MRC_REG_SHARED and *reg set, or -errno. r describes [addr, addr+len) (ask it what
-     * is needed: mrc_range_ask). */
+    /* Optional: 1 and *reg if a registration the back-end shares serves the request
+     * (MRC_REG_SHARED: deregistering it only lets go of the share); else 0. Not asked
+     * for the last try. */
+    int (*shared)(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
+                  struct mrc_range *r, void **reg);
+    /* Optional: before each pin (reg and reg_last), before the range is watched (a watched
+     * range may refuse what preparation asks of the kernel, as MADV_COLLAPSE does). */
+    void (*prepare)(void *ctx, uint64_t addr, uint64_t len, uint32_t access, struct mrc_range *r);
+    /* Pins: 0 or MRC_REG_UNPINNED and *reg set, or -errno. */
     int (*reg)(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                uint32_t access, struct mrc_range *r, void **reg);
     /* Deregisters what reg made: 0 or -errno (the registration then still stands, and
@@ -34,8 +45,8 @@ struct mrc_cache_ops {
     int (*dereg)(void *ctx, void *reg);
     void *ctx;
     /* Optional: the last try, when reg still fails with -ENOMEM/-EAGAIN after every idle
-     * entry was released: may register in a way that pins nothing. As reg; if it fails,
-     * the caller gets reg's error. */
+     * entry was released: may register in a way that pins nothing (prepared and watched
+     * as reg). As reg; if it fails, the caller gets reg's error. */
     int (*reg_last)(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova,
                     uint32_t access, struct mrc_range *r, void **reg);
     /* Optional: a get is about to hand out reg, which pins nothing (MRC_REG_UNPINNED or
@@ -57,7 +68,7 @@ struct mrc_cache_params {
     struct mrc_cache_ops ops;
     /* What the core asks of the sources of memory events around its registrations: the
      * range of each back-end registration watched from before its pin until it is gone
-     * (a shared one, MRC_REG_SHARED, let go at once: nothing of it is pinned), pending
+     * (a shared one, MRC_REG_SHARED, never: nothing of it is pinned), pending
      * events flushed at every get, a check before each registration. */
     struct mrc_event_sources src;
     uint64_t max_entries;        /* idle entries are evicted (LRU) past this many in the tree */

@@ -3,38 +3,38 @@
  * evicting every idle entry when the back-end is out of pinnable memory, then the
  * back-end's last try; timed for the statistics. And the registrations made for one
  * caller alone (never cached).
- * Invariants: never under the cache lock; each back-end registration's range is
- * watched by the sources from before the back-end is called until it is gone (at once
- * when the call failed or the registration is one the back-end shares). */
+ * Invariants: never under the cache lock; each back-end pin's range is watched by the
+ * sources from after the back-end prepared the memory until the registration is gone
+ * (at once when the pin failed; never for a registration the back-end shares); each
+ * range registered is described once for all its tries. */
 #include <errno.h>
 
 #include "core/cache.h"
 #include "core/cache_priv.h"
 #include "util/clock.h"
 
-/* Registers through the back-end, timing it for the statistics, its range watched from
- * before the pin (an unmap during the NIC call is then seen, and raced_locked keeps the
- * registration out of the tree). Nothing is prefetched when it returns: since
- * insertions wait in the young set, prefetching what they touch made misses 7-10%
- * slower (make bench, row 6: docs/benchmarks.md). */
+/* Registers [first, last], which r describes, through the back-end (cache.h says in
+ * which steps), timing the pin for the statistics; its range watched from after the
+ * back-end prepared the memory until the pin is gone (an unmap during the NIC call is
+ * then seen, and raced_locked keeps the registration out of the tree). Nothing is
+ * prefetched when it returns: since insertions wait in the young set, prefetching what
+ * they touch made misses 7-10% slower (make bench, row 6: docs/benchmarks.md). */
 MRC_HOT static int backend_reg(struct mrc_cache *c, int last_try, void *domain, uint64_t first, uint64_t last,
-                               int64_t iova_off, uint32_t access, struct mrc_range *req, void **reg)
+                               int64_t iova_off, uint32_t access, struct mrc_range *r, void **reg)
 {
     uint64_t len = last - first + 1;
-    /* The miss's description where this is its range; another range (merged, expanded)
-     * is described apart. */
-    struct mrc_range own, *r = req;
-    if (r->first != first || r->last != last) {
-        mrc_range_init(&own, first, last, c->p.src.describe);
-        r = &own;
-    }
     c->p.src.check();
+    uint64_t t0 = mrc_ticks();   /* the preparation and the watch count as the registration's */
+    if (!last_try && c->p.ops.shared &&
+        c->p.ops.shared(c->p.ops.ctx, domain, first, len, first + (uint64_t)iova_off, access, r, reg))
+        return MRC_REG_SHARED;
+    if (c->p.ops.prepare)
+        c->p.ops.prepare(c->p.ops.ctx, first, len, access, r);
     c->p.src.watch(first, len);
-    uint64_t t0 = mrc_ticks();
     int rc = (last_try ? c->p.ops.reg_last : c->p.ops.reg)(c->p.ops.ctx, domain, first, len,
                                                             first + (uint64_t)iova_off, access, r, reg);
     uint64_t dt = mrc_ticks_since(t0);
-    if (rc < 0 || rc == MRC_REG_SHARED)
+    if (rc < 0)
         c->p.src.unwatch(first, len);
     if (rc == 0 || rc == MRC_REG_UNPINNED) {
         mrc_hist_add(MRC_HIST_REGS, len, 1);
@@ -67,8 +67,15 @@ static void evict_all_idle(struct mrc_cache *c)
  * registration fail that would succeed without it. Then the back-end's last try, if it
  * has one. 0 or MRC_REG_* (*reg set), or -errno. */
 MRC_HOT static int reg_retry(struct mrc_cache *c, void *domain, uint64_t first, uint64_t last,
-                             int64_t iova_off, uint32_t access, struct mrc_range *r, void **reg)
+                             int64_t iova_off, uint32_t access, struct mrc_range *req, void **reg)
 {
+    /* The miss's description where this is its range; another range (merged) is
+     * described apart, once for all its tries. */
+    struct mrc_range own, *r = req;
+    if (r->first != first || r->last != last) {
+        mrc_range_init(&own, first, last, c->p.src.describe);
+        r = &own;
+    }
     int rc = backend_reg(c, 0, domain, first, last, iova_off, access, r, reg);
     if (rc == -ENOMEM || rc == -EAGAIN) {
         mrc_stat_add(MRC_STAT_ENOMEM_RETRIES, 1);
@@ -106,7 +113,9 @@ static int reg_expanded(struct mrc_cache *c, struct mrc_miss *m, void **reg)
     if (!c->p.expand(c->p.expand_arg, &m->range, m->access, &f, &l) || f > m->rf || l < m->rl ||
         (f == m->rf && l == m->rl))
         return -1;
-    int rc = backend_reg(c, 0, m->domain, f, l, 0, m->access, &m->range, reg);
+    struct mrc_range wide;
+    mrc_range_init(&wide, f, l, c->p.src.describe);
+    int rc = backend_reg(c, 0, m->domain, f, l, 0, m->access, &wide, reg);
     if (rc < 0) {
         mrc_stat_add(MRC_STAT_EXPAND_REFUSED, 1);
         return -1;

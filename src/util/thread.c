@@ -1,8 +1,9 @@
 /* thread.c - starts libmrcache's helper threads and counts them, tells when only they
  * are left (see thread.h), and whether the process runs a single thread. Invariants: the
  * count rises only once a helper exists (pthread_create returned), so it never makes a
- * program thread look absent; a start returns only once the new thread has mapped what
- * it maps for itself; nothing here allocates after start-up. */
+ * program thread look absent; a start returns once the new thread has mapped what it
+ * maps for itself (or after a bounded wait: never a hang); nothing here allocates after
+ * start-up. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/clock.h"
 #include "util/real.h"
 #include "util/stats.h"
 #include "util/sys.h"
@@ -26,12 +28,20 @@ static int main_keyed;              /* main_key exists */
 __thread int mrc_thread_ours;
 
 /* What a new helper runs first: fn and arg, passed without an allocation (helpers are
- * few, and each start takes its slot in turn; the starter frees it once ready is set). */
+ * few, and each start takes its slot in turn). The slot is freed (fn NULL) by the starter
+ * once the thread said it is ready, or by the thread if the starter stopped waiting. */
+#define SLOT_STARTING 0u
+#define SLOT_READY 1u             /* the thread has mapped its own memory */
+#define SLOT_LEFT 2u              /* the starter stopped waiting: the thread frees the slot */
+/* How long a start waits for the thread: its set-up takes tens of microseconds, but its
+ * first malloc may need a lock the starter's caller holds (an allocator defined in the
+ * program that registers memory under its own lock), which must not hang the process. */
+#define START_WAIT_NS (100 * 1000000L)
 static struct start_slot {
     void *(*fn)(void *);
     void *arg;
     int mallocs;
-    uint32_t ready;               /* futex word: the thread has mapped its own memory */
+    uint32_t state;               /* futex word: SLOT_* */
 } slots[8];
 static unsigned next_slot;
 
@@ -52,9 +62,12 @@ static void *start_trampoline(void *p)
         free(arena_probe);
     }
     (void)mrc_stats_block();
-    __atomic_store_n(&s->ready, 1u, __ATOMIC_RELEASE);
-    mrc_sys_futex(&s->ready, FUTEX_WAKE_PRIVATE, 1, NULL);
-    return fn(arg);   /* s is the starter's again: never touched from here */
+    uint32_t starting = SLOT_STARTING;
+    if (__atomic_compare_exchange_n(&s->state, &starting, SLOT_READY, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        mrc_sys_futex(&s->state, FUTEX_WAKE_PRIVATE, 1, NULL);   /* a wake on a reused slot only wakes early */
+    else
+        __atomic_store_n(&s->fn, NULL, __ATOMIC_RELEASE);
+    return fn(arg);
 }
 
 int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name, int mallocs)
@@ -70,7 +83,7 @@ int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name, int mallo
         return EAGAIN;
     slot->arg = arg;
     slot->mallocs = mallocs;
-    __atomic_store_n(&slot->ready, 0u, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot->state, SLOT_STARTING, __ATOMIC_RELAXED);
     /* The new thread inherits the mask: block everything around the create. */
     sigset_t all, old;
     sigfillset(&all);
@@ -83,14 +96,22 @@ int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name, int mallo
     int rc = pthread_create(&t, &attr, start_trampoline, slot);
     pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc == 0) {
-        __atomic_add_fetch(&helpers, 1, __ATOMIC_SEQ_CST);
-        pthread_setname_np(t, name);
-        while (!__atomic_load_n(&slot->ready, __ATOMIC_ACQUIRE))
-            mrc_sys_futex(&slot->ready, FUTEX_WAIT_PRIVATE, 0, NULL);
+    if (rc) {
+        __atomic_store_n(&slot->fn, NULL, __ATOMIC_RELEASE);
+        return rc;
     }
-    __atomic_store_n(&slot->fn, NULL, __ATOMIC_RELEASE);
-    return rc;
+    __atomic_add_fetch(&helpers, 1, __ATOMIC_SEQ_CST);
+    pthread_setname_np(t, name);
+    uint64_t deadline = mrc_now_ns() + START_WAIT_NS;
+    for (uint64_t now = mrc_now_ns(); now < deadline && __atomic_load_n(&slot->state, __ATOMIC_ACQUIRE) == SLOT_STARTING;
+         now = mrc_now_ns()) {
+        struct timespec left = { 0, (long)(deadline - now) };
+        mrc_sys_futex(&slot->state, FUTEX_WAIT_PRIVATE, SLOT_STARTING, &left);
+    }
+    uint32_t starting = SLOT_STARTING;
+    if (!__atomic_compare_exchange_n(&slot->state, &starting, SLOT_LEFT, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&slot->fn, NULL, __ATOMIC_RELEASE);   /* ready: the slot is the starter's to free */
+    return 0;
 }
 
 void mrc_thread_leave(void)
@@ -148,8 +169,11 @@ static void main_key_gone(void *arg)
 
 void mrc_thread_child_reset(void)
 {
-    /* The forking thread is the child's only one, and no helper came along. */
+    /* The forking thread is the child's only one, and no helper came along: nor did a
+     * thread being started, whose slot would otherwise stay taken. */
     __atomic_store_n(&helpers, 0u, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < 8; i++)
+        __atomic_store_n(&slots[i].fn, NULL, __ATOMIC_RELAXED);
     if (main_keyed && pthread_setspecific(main_key, &main_key) == 0)
         __atomic_store_n(&main_left, 0, __ATOMIC_RELAXED);
 }

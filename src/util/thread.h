@@ -12,7 +12,8 @@
  * given name (at most 15 characters), counted as a helper. Returns once the thread has
  * mapped what it maps for itself (its statistics block; its malloc arena too if it
  * mallocs), so that none of it can land in memory the program unmaps and maps again
- * after the start. 0 or the pthread_create error. fn calls mrc_thread_leave just before
+ * after the start; or after 100 ms, if the thread's first malloc waits for a lock the
+ * caller holds. 0 or the pthread_create error. fn calls mrc_thread_leave just before
  * it returns. Not from a hook. */
 int mrc_thread_start(void *(*fn)(void *), void *arg, const char *name, int mallocs);
 

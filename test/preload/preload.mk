@@ -1,6 +1,7 @@
 # preload.mk - unmodified verbs programs run on the software NIC with libmrcache.so
 # preloaded (and some without, as controls), plus shell-level tests of the process.
-PRELOAD_BINS := $(BUILD)/test/test_unmap_paths $(BUILD)/test/test_verbs $(BUILD)/test/test_expand
+PRELOAD_BINS := $(BUILD)/test/test_unmap_paths $(BUILD)/test/test_verbs $(BUILD)/test/test_expand \
+                $(BUILD)/test/test_start_locked
 PRELOAD := LD_LIBRARY_PATH=$(SNIC_DIR) LD_PRELOAD=$(PRELOAD_PREFIX)$(abspath $(LIB))
 
 $(BUILD)/test/test_%: test/preload/test_%.c test/lib/common.h test/preload/stale.h test/lib/rdma_loop.h test/lib/check.h $(SNIC_DEPS)
@@ -23,6 +24,10 @@ ALLOCATORS := /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-g
 TEST_CMDS += $(foreach a,$(ALLOCATORS),"$(PRELOAD):$(a) MRCACHE_STATS=off $(BUILD)/test/test_verbs 2>/dev/null")
 TEST_CMDS += $(foreach a,$(ALLOCATORS),"$(PRELOAD):$(a) MRCACHE_STATS=off MRCACHE_MONITOR=patch,preload,uffd $(BUILD)/test/test_verbs 2>/dev/null")
 TEST_CMDS += "LD_LIBRARY_PATH=$(SNIC_DIR) $(BUILD)/test/test_verbs"
+# The first registration made under the program's own allocator lock: helper threads'
+# starts must not wait for it forever (the userfaultfd handler's too).
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off timeout 60 $(BUILD)/test/test_start_locked"
+TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MONITOR=patch,preload,uffd timeout 60 $(BUILD)/test/test_start_locked"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off MRCACHE_MAX_DEFERRED=512K DEFERRED_ONLY=1 $(BUILD)/test/test_verbs"
 TEST_CMDS += "$(PRELOAD) MRCACHE_STATS=off SNIC_COPY_ON_FORK=0 RDMAV_FORK_SAFE=1 FORK_SAFE_ONLY=1 $(BUILD)/test/test_verbs"
 # Released before fork whatever MRCACHE_FORK says, also where rdma-core (before 35) has

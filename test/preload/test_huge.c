@@ -3,7 +3,9 @@
  * through each MR land in the memory mapped now, also after part of the range was
  * unmapped and mapped again; the program's data survives a collapse; a registration
  * already over the range (whose pinned pages the kernel will not collapse) stays
- * correct; cold memory is populated before the pin. The mode comes from the
+ * correct; cold memory is populated before the pin; extents of base pages only partly
+ * populated are collapsed whichever sources watch the range (a range the userfaultfd
+ * source watches refuses that collapse, so it is watched after the preparation). The mode comes from the
  * environment (MRCACHE_HUGEPAGES, MRCACHE_POPULATE), as the program would run; the
  * counters each mode must move are read from libmrcache's JSON dump, and where the
  * library is not preloaded only the data is checked (the reference run). */
@@ -160,6 +162,38 @@ static void test_cold_memory_populated_first(void)
     munmap(p, len);
 }
 
+static void test_sparse_extents_collapse(void)
+{
+    if (!preloaded || strcmp(mode, "collapse"))
+        return (void)SKIP_TEST("MRCACHE_HUGEPAGES is not collapse in this run");
+    if (strcmp(check_thp_setting(), "madvise"))
+        return (void)SKIP_TEST("needs THP in madvise mode (base pages unless advised)");
+    size_t len = 8 * MIB;
+    char *p = check_map_aligned(len, HUGE);
+    CHECK(p);
+    if (!p)
+        return;
+    for (size_t i = 0; i < len; i += 8192)   /* every other page: a sparse array */
+        p[i] = (char)(i >> 13);
+    long long col0 = counter("huge_collapsed_bytes"), ref0 = counter("collapse_failures");
+    struct ibv_mr *mr = ibv_reg_mr(pd, p, len, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(mr);
+    long long col = counter("huge_collapsed_bytes") - col0, ref = counter("collapse_failures") - ref0;
+    if (ref && !col)
+        CHECKF(0, "collapsed nothing of %zu bytes, %lld runs refused", len, ref);
+    else if (ref)
+        SKIP_TEST("the kernel refused part of the collapse (no free huge page?)");
+    else
+        CHECKF(col == (long long)len, "collapsed %lld of %zu bytes", col, len);
+    int bad = 0;
+    for (size_t i = 0; i < len; i += 8192)
+        bad += p[i] != (char)(i >> 13);
+    CHECK(bad == 0);
+    if (mr)
+        ibv_dereg_mr(mr);
+    munmap(p, len);
+}
+
 int main(void)
 {
     preloaded = getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "libmrcache");
@@ -184,5 +218,6 @@ int main(void)
     RUN(test_program_data_survives);
     RUN(test_registration_over_the_range_stays_correct);
     RUN(test_cold_memory_populated_first);
+    RUN(test_sparse_extents_collapse);
     CHECK_EXIT();
 }

@@ -9,6 +9,7 @@
  *   prefetch: the modelled first-touch fault cost is gone from a registration's first
  *     message (its latency printed with and without). */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +23,9 @@
 
 #include <infiniband/verbs.h>
 
+#include "../../include/mrcache.h"
 #include "check.h"
+#include "mrc_counter.h"
 #include "snic.h"
 
 #define BUF (64u << 10)
@@ -269,6 +272,33 @@ static void test_implicit_serves_local_requests(void)
     }
 }
 
+/* A request the implicit MR serves pins nothing: no source watches its range (a shared
+ * file's pages, which the userfaultfd source cannot watch, are not even tried). */
+static void test_implicit_never_watched(void)
+{
+    if (!implicit)
+        return (void)SKIP_TEST("no implicit MR in this run");
+    if (!(mrcache_monitors() & MRCACHE_MONITOR_UFFD))
+        return (void)SKIP_TEST("the userfaultfd source is off in this run");
+    char path[] = "/var/tmp/mrc-odp-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && ftruncate(fd, BUF) == 0);
+    unlink(path);
+    char *p = mmap(NULL, BUF, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    CHECK(p != MAP_FAILED);
+    if (p == MAP_FAILED)
+        return;
+    p[0] = 1;
+    long long unwatched = mrc_counter("uffd_unwatched"), served = mrc_counter("odp_implicit");
+    struct ibv_mr *mr = ibv_reg_mr(pd, p, BUF, LW);
+    CHECK(mr && mrc_counter("odp_implicit") == served + 1);
+    CHECKF(mrc_counter("uffd_unwatched") == unwatched, "the implicit MR's request was given to the userfaultfd source");
+    if (mr)
+        CHECK(ibv_dereg_mr(mr) == 0);
+    munmap(p, BUF);
+}
+
 /* Memory ODP cannot serve is registered as without ODP: a read-only mapping here fails
  * as the NIC's pinning makes it fail. */
 static void test_implicit_never_for_read_only_memory(void)
@@ -338,6 +368,7 @@ int main(void)
     RUN(test_fallback_never_for_read_only_memory);
     RUN(test_implicit_serves_local_requests);
     RUN(test_implicit_never_for_read_only_memory);
+    RUN(test_implicit_never_watched);
     RUN(test_pd_and_device_close);
     CHECK_EXIT();
 }

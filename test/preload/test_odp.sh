@@ -37,6 +37,14 @@ for dev in 0 explicit implicit; do
     done
 done
 
+# With the userfaultfd source on: what the implicit MR serves is never given to it (no
+# warning about a range it cannot watch, no unwatched count: test_implicit_never_watched).
+$RUN MRCACHE_STATS=off SNIC_ODP=implicit MRCACHE_ODP=implicit MRCACHE_MONITOR=patch,preload,uffd "$B/test/test_odp" \
+    >"$tmp/out" 2>"$tmp/err"
+sed "s/^\(not \)\{0,1\}ok - /&uffd,mrcache_odp=implicit: /" "$tmp/out"
+! grep -q 'uffd: a registration is not watched' "$tmp/err"
+report implicit_odp_never_watched_warning $?
+
 # The device's capabilities at info level, once per context.
 $RUN MRCACHE_STATS=off MRCACHE_LOG=info SNIC_ODP=implicit MRCACHE_ODP=fallback "$B/test/test_odp" >/dev/null 2>"$tmp/info"
 grep -q 'snic0: odp_caps general 0x3, rc 0x3f, uc 0, ud 0x3' "$tmp/info"

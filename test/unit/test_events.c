@@ -1,8 +1,9 @@
 /* test_events.c - the cache core's side of its contract with the sources of memory
  * events (core/events.h), against a fake source and the counting fake back-end: every
  * back-end registration's range is watched before the back-end is called and let go
- * exactly once when it is gone (deregistered, failed, refused by an expansion, shared
- * by the back-end, taken out of the cache; a refused deregistration stays watched);
+ * exactly once when it is gone (deregistered, failed, refused by an expansion, taken out
+ * of the cache; a refused deregistration stays watched), after the back-end prepared
+ * the memory, and never one the back-end shares;
  * events a source read but did not publish yet are flushed before a lookup; the sources
  * are checked before each back-end registration and never on a hit; what pins nothing
  * is prefetched on each get; a domain's flush tells the back-end; what is known of a
@@ -111,10 +112,6 @@ static int ev_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t
             ranges_wrong++;
     if (refuse_above && len > refuse_above)
         return -EINVAL;
-    if (domain == shared_domain) {
-        *out = &shared_reg;
-        return MRC_REG_SHARED;
-    }
     int rc = fake_reg(ctx, domain, addr, len, iova, access, r, out);
     return rc == 0 && domain == unpinned_domain ? MRC_REG_UNPINNED : rc;
 }
@@ -122,6 +119,30 @@ static int ev_reg(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t
 static int ev_dereg(void *ctx, void *reg)
 {
     return reg == &shared_reg ? 0 : fake_dereg(ctx, reg);
+}
+
+static uint64_t shared_asked_watched;   /* the back-end asked to share while the range was watched */
+static int ev_shared(void *ctx, void *domain, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access,
+                     struct mrc_range *r, void **out)
+{
+    (void)ctx, (void)iova, (void)access, (void)r;
+    if (is_watched(addr, len))
+        shared_asked_watched++;
+    if (domain != shared_domain)
+        return 0;
+    *out = &shared_reg;
+    return 1;
+}
+
+/* What the back-end did to the memory before its pin: the range must not be watched yet
+ * (a watched range refuses MADV_COLLAPSE of partly populated huge extents). */
+static uint64_t prepares, prepared_watched;
+static void ev_prepare(void *ctx, uint64_t addr, uint64_t len, uint32_t access, struct mrc_range *r)
+{
+    (void)ctx, (void)access, (void)r;
+    prepares++;
+    if (is_watched(addr, len))
+        prepared_watched++;
 }
 
 static uint64_t prefetches, prefetch_iova, prefetch_len;
@@ -180,6 +201,9 @@ static void end(void)
            "at the end: %llu watches, %llu unwatches, %u ranges still watched, %llu unwatches of nothing",
            (unsigned long long)watches, (unsigned long long)unwatches, nwatched, (unsigned long long)unmatched);
     CHECKF(regs_unwatched == 0, "%llu registrations made on an unwatched range", (unsigned long long)regs_unwatched);
+    CHECKF(prepared_watched == 0 && shared_asked_watched == 0,
+           "%llu of %llu preparations and %llu share questions on a watched range", (unsigned long long)prepared_watched,
+           (unsigned long long)prepares, (unsigned long long)shared_asked_watched);
 }
 
 static void start(int expand)
@@ -189,6 +213,7 @@ static void start(int expand)
     nwatched = 0;
     watches = unwatches = unmatched = checks = quiesces = regs_unwatched = 0;
     prefetches = 0;
+    prepares = prepared_watched = shared_asked_watched = 0;
     refuse_above = 0;
     memset(described, 0, sizeof(described));
     ranges_wrong = 0;
@@ -197,8 +222,8 @@ static void start(int expand)
     pending = 0;
     held_len = 0;
     struct mrc_cache_params p = {
-        .ops = { .reg = ev_reg, .dereg = ev_dereg, .ctx = &fb, .prefetch = ev_prefetch,
-                 .domain_flushed = ev_domain_flushed },
+        .ops = { .shared = ev_shared, .prepare = ev_prepare, .reg = ev_reg, .dereg = ev_dereg, .ctx = &fb,
+                 .prefetch = ev_prefetch, .domain_flushed = ev_domain_flushed },
         .src = { .pending = &pending, .quiesce = src_quiesce, .check = src_check, .watch = src_watch,
                  .unwatch = src_unwatch, .describe = src_describe },
         .max_entries = 100,
@@ -273,17 +298,25 @@ static void test_refused_wider_range_unwatched(void)
     end();
 }
 
-static void test_shared_registration_let_go_at_once(void)
+static void test_shared_registration_never_watched(void)
 {
     start(0);
     shared_domain = &dom_b;
     struct mrc_entry *e = get(&dom_b, 0x500000, PG, LW);
-    CHECK(regs_unwatched == 0);   /* watched while the back-end was asked */
-    CHECK(watches == 1 && unwatches == 1 && nwatched == 0);
+    CHECK(e->unpinned == MRC_REG_SHARED && prepares == 0);   /* nothing pinned, nothing prepared */
+    CHECK(watches == 0 && unwatches == 0);
     CHECK(mrc_cache_put(&cache, e) == 0);
     CHECK(mrc_cache_flush(&cache, NULL, NULL) == 0);
-    CHECK(unwatches == 1 && unmatched == 0);   /* its deregistration lets go of nothing */
+    CHECK(unwatches == 0 && unmatched == 0);   /* its deregistration lets go of nothing */
     end();
+}
+
+static void test_prepared_before_watched(void)
+{
+    start(0);
+    CHECK(mrc_cache_put(&cache, get(&dom_a, 0x580000, 4 * PG, LW)) == 0);
+    CHECK(prepares == 1 && watches == 1);
+    end();   /* checks prepared_watched */
 }
 
 static void test_taken_registration_unwatched(void)
@@ -394,6 +427,25 @@ static void test_range_described_once_and_handed_along(void)
     end();
 }
 
+static void test_merged_union_described_once(void)
+{
+    start(0);
+    ask_in_reg = 1;
+    struct mrc_entry *a = get(&dom_a, 0x6000000, 4 * PG, LW);
+    CHECK(mrc_cache_put(&cache, get(&dom_a, 0x6100000, 4 * PG, LW)) == 0);   /* idle, evictable */
+    fb.limit_bytes = 10 * PG;   /* the union (6 pages) fits only once the idle entry went */
+    memset(described, 0, sizeof(described));
+    struct mrc_entry *b = get(&dom_a, 0x6000000 + 2 * PG, 4 * PG, LW);
+    CHECK(mrc_entry_start(b) == 0x6000000 && mrc_entry_len(b) == 6 * PG);   /* merged */
+    CHECKF(described[2] == 1 && described_first == 0x6000000,
+           "the merged union's memory described %llu times in one miss", (unsigned long long)described[2]);
+    CHECK(ranges_wrong == 0);
+    fb.limit_bytes = 0;
+    CHECK(mrc_cache_put(&cache, a) == 0);
+    CHECK(mrc_cache_put(&cache, b) == 0);
+    end();
+}
+
 static void test_cause_names(void)
 {
     static const char *const names[MRC_INVAL_LAST] = {
@@ -413,7 +465,8 @@ int main(void)
     RUN(test_invalidated_entry_unwatched_at_its_deregistration);
     RUN(test_failed_registration_unwatched);
     RUN(test_refused_wider_range_unwatched);
-    RUN(test_shared_registration_let_go_at_once);
+    RUN(test_shared_registration_never_watched);
+    RUN(test_prepared_before_watched);
     RUN(test_taken_registration_unwatched);
     RUN(test_refused_deregistration_stays_watched);
     RUN(test_pending_events_published_before_the_lookup);
@@ -421,6 +474,7 @@ int main(void)
     RUN(test_unpinned_prefetched_on_each_get);
     RUN(test_domain_flush_tells_the_backend);
     RUN(test_range_described_once_and_handed_along);
+    RUN(test_merged_union_described_once);
     RUN(test_cause_names);
     CHECK_EXIT();
 }
