@@ -26,7 +26,7 @@ struct mrc_handle {
     uint32_t magic;
     uint32_t fork_gen;
     uint32_t access;             /* as the caller asked, for rereg */
-    uint32_t reported;           /* found holding memory that changed (once per handle) */
+    uint32_t reported;           /* REPORT_*: found holding memory that changed (once per handle) */
     struct mrc_entry *entry;     /* the cached registration, or NULL ... */
     struct ibv_mr *priv;         /* ... for a private one (after rereg) */
     uint64_t iova;
@@ -173,26 +173,46 @@ struct ibv_mr *mrc_verbs_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_
     return mrc_real.reg_dmabuf_mr(pd, offset, len, iova, fd, access);
 }
 
+/* A handle's report: none yet, being made (by a scan or the deregistration), made. */
+#define REPORT_NONE 0u
+#define REPORT_TAKING 1u
+#define REPORT_TOLD 2u
+
 /* Whether h (live, or being deregistered: owned) held memory of rec across it, not told
- * yet: then told, once. */
+ * yet: then told, once. A scan that finds the report being made leaves it; the
+ * deregistration waits for a scan making it, which gives it back if the handle stopped
+ * being live under it (its copy may mix in a reused handle's fields): the deregistration
+ * then tells it itself, so that "unmapped, then deregistered" is always told by the time
+ * the deregistration returns. */
 static void held_check(struct mrc_verbs *v, struct mrc_handle *h, const struct mrc_inuse_rec *rec, int owned)
 {
     /* An MR served on demand follows the mapping: it cannot outlive its memory. */
     if ((!owned && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE) || h->fork_gen != *v->fork_gen ||
-        !h->entry || h->entry->unpinned || __atomic_load_n(&h->reported, __ATOMIC_RELAXED) || h->mark > rec->seq)
+        !h->entry || h->entry->unpinned || __atomic_load_n(&h->reported, __ATOMIC_ACQUIRE) == REPORT_TOLD ||
+        h->mark > rec->seq)
         return;
     uint64_t first = (uintptr_t)h->mr.addr, last = first + h->mr.length - 1;
-    if (last < rec->first || first > rec->last || __atomic_exchange_n(&h->reported, 1u, __ATOMIC_RELAXED))
+    if (last < rec->first || first > rec->last)
         return;
+    for (;;) {
+        uint32_t seen = REPORT_NONE;
+        if (__atomic_compare_exchange_n(&h->reported, &seen, REPORT_TAKING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            break;
+        if (seen == REPORT_TOLD || !owned)
+            return;
+        sched_yield();   /* a scan is making it: it gives it back or tells it */
+    }
     struct mrc_verbs_held held = {
         .mr = &h->mr, .addr = first, .len = h->mr.length, .lkey = h->mr.lkey, .rkey = h->mr.rkey,
         .access = h->access, .caller = h->caller, .site = h->leak.site,
     };
-    /* A scan's copy is whole only if h was still live after it: one deregistered (and
-     * perhaps reused) meanwhile was told, if at all, at its deregistration. */
-    if (!owned && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE)
+    /* A scan's copy is whole only if h was still live after it. */
+    if (!owned && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE) {
+        __atomic_store_n(&h->reported, REPORT_NONE, __ATOMIC_RELEASE);
         return;
+    }
     v->held(&held, rec, v->held_arg);
+    __atomic_store_n(&h->reported, REPORT_TOLD, __ATOMIC_RELEASE);
 }
 
 /* At its deregistration, a handle is checked against the records waiting, so that one
