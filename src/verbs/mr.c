@@ -20,6 +20,10 @@
 
 #define HANDLE_LIVE 0x4d52434c   /* "MRCL" */
 #define HANDLE_FREE 0x66726565
+/* Being deregistered by its owner: its fields still stand until it is freed. A scan still
+ * reports it, so that a scan which retires a record before the deregistration looks for
+ * it has told every handle the record concerns. */
+#define HANDLE_DEREG 0x64657267
 
 struct mrc_handle {
     struct ibv_mr mr;            /* what the caller holds: first */
@@ -173,6 +177,13 @@ struct ibv_mr *mrc_verbs_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_
     return mrc_real.reg_dmabuf_mr(pd, offset, len, iova, fd, access);
 }
 
+/* Whether a scan may tell h: live, or being deregistered (its fields stand until freed). */
+static int scan_may_tell(const struct mrc_handle *h)
+{
+    uint32_t m = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
+    return m == HANDLE_LIVE || m == HANDLE_DEREG;
+}
+
 /* A handle's report: none yet, being made (by a scan or the deregistration), made. */
 #define REPORT_NONE 0u
 #define REPORT_TAKING 1u
@@ -180,14 +191,13 @@ struct ibv_mr *mrc_verbs_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_
 
 /* Whether h (live, or being deregistered: owned) held memory of rec across it, not told
  * yet: then told, once. A scan that finds the report being made leaves it; the
- * deregistration waits for a scan making it, which gives it back if the handle stopped
- * being live under it (its copy may mix in a reused handle's fields): the deregistration
- * then tells it itself, so that "unmapped, then deregistered" is always told by the time
- * the deregistration returns. */
+ * deregistration waits for a scan making it, which gives it back if the handle was freed
+ * under it (its copy may mix in a reused handle's fields): so "unmapped, then
+ * deregistered" is told by the time the deregistration returns. */
 static void held_check(struct mrc_verbs *v, struct mrc_handle *h, const struct mrc_inuse_rec *rec, int owned)
 {
     /* An MR served on demand follows the mapping: it cannot outlive its memory. */
-    if ((!owned && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE) || h->fork_gen != *v->fork_gen ||
+    if ((!owned && !scan_may_tell(h)) || h->fork_gen != *v->fork_gen ||
         !h->entry || h->entry->unpinned || __atomic_load_n(&h->reported, __ATOMIC_ACQUIRE) == REPORT_TOLD ||
         h->mark > rec->seq)
         return;
@@ -206,8 +216,8 @@ static void held_check(struct mrc_verbs *v, struct mrc_handle *h, const struct m
         .mr = &h->mr, .addr = first, .len = h->mr.length, .lkey = h->mr.lkey, .rkey = h->mr.rkey,
         .access = h->access, .caller = h->caller, .site = h->leak.site,
     };
-    /* A scan's copy is whole only if h was still live after it. */
-    if (!owned && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE) {
+    /* A scan's copy is whole only if h was not freed under it. */
+    if (!owned && !scan_may_tell(h)) {
         __atomic_store_n(&h->reported, REPORT_NONE, __ATOMIC_RELEASE);
         return;
     }
@@ -260,7 +270,7 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
      * what this catches. */
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_LIVE)
         return EINVAL;          /* deregistered already: never touch it twice */
-    __atomic_store_n(&h->magic, HANDLE_FREE, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->magic, HANDLE_DEREG, __ATOMIC_RELAXED);
     if (h->fork_gen != *v->fork_gen) {
         /* Made by our parent before fork: its registration shares the device file with
          * the parent, which still uses it. Forget the handle, touch nothing. */
@@ -268,8 +278,9 @@ MRC_HOT int mrc_verbs_dereg_mr(struct mrc_verbs *v, struct ibv_mr *mr)
         return 0;
     }
     if (h->entry) {
-        /* A record stays pending until the scans that take it are over, so a handle
-         * whose memory went before this call is told here or by one of them. */
+        /* A record stays pending until the scans that take it are over, and those tell
+         * a handle being deregistered too: a handle whose memory went before this call
+         * is told here or by one of them. */
         if (__builtin_expect(mrc_cache_in_use_maybe(v->cache) || __atomic_load_n(&v->scanning, __ATOMIC_RELAXED), 0) &&
             v->held)
             held_check_own(v, h);

@@ -72,6 +72,31 @@ static void test_unmapped_under_a_live_mr(void)
     munmap(q, 16 * PG);
 }
 
+/* Many times over, "munmap, then dereg" is counted by the time the deregistration
+ * returns, while the helper thread, woken by the unmaps, scans the handles for the same
+ * records (a short wait between the two gives its scan room to run between them). */
+static void test_unmapped_then_deregistered_always_counted(void)
+{
+    int rounds = nic.real ? 2000 : 20000, short_of = 0;
+    long long n = mrc_counter("inval_in_use");
+    for (int i = 0; i < rounds && short_of < 10; i++) {
+        char *p = map_anon(NULL, 4 * PG, 0);
+        memset(p, 1, 4 * PG);
+        struct ibv_mr *mr = ibv_reg_mr(pd, p, 4 * PG, access_of_run());
+        CHECK(mr);
+        if (!mr)
+            return;
+        munmap(p, 4 * PG);
+        for (volatile int k = 0; k < (i % 64) * 200; k++)
+            ;
+        CHECK(ibv_dereg_mr(mr) == 0);
+        long long now = mrc_counter("inval_in_use");
+        short_of += now < n + 1;
+        n = now;
+    }
+    CHECKF(short_of == 0, "%d deregistrations returned before their MR was counted", short_of);
+}
+
 /* Deregistered first, the MR is idle in the cache when the memory goes: nothing to say;
  * and an MR made after a change is not its holder. */
 static void test_deregistered_first_or_made_after(void)
@@ -244,5 +269,6 @@ int main(void)
     RUN(test_once_per_call_site);
     RUN(test_fork_child_says_nothing);
     RUN(test_own_cache_through_a_handle);
+    RUN(test_unmapped_then_deregistered_always_counted);
     CHECK_EXIT();
 }
