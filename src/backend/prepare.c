@@ -2,7 +2,9 @@
  * of the range classifies its 2 MiB extents (empty, base pages, huge) and counts what
  * is not resident; empty extents get MADV_HUGEPAGE (so that the fault-in makes huge
  * pages), extents of base pages MADV_COLLAPSE (in collapse mode), and a large enough
- * absent part is populated by several threads. Invariants: advice goes only where the
+ * absent part is populated by several threads; and, while a source that watches by
+ * splitting mappings is on, a writable pin's first page is faulted in before the watch
+ * (mrc_prepare_touch_first). Invariants: advice goes only where the
  * range's description says huge pages may be (private anonymous memory, and none once
  * the program has said MADV_NOHUGEPAGE anywhere: runtime/describe.c), asked only when a
  * range is large enough for advice;
@@ -24,6 +26,8 @@
 #include "util/sys.h"
 
 static struct mrc_prepare_params prm;
+static uint64_t page;
+static int touch_first;   /* mrc_prepare_touch_first was called */
 static int thp_never;   /* THP disabled system-wide: MADV_HUGEPAGE would change nothing */
 
 /* Advice calls per registration at most: each run of extents advised may split a
@@ -50,6 +54,8 @@ static int thp_disabled(void)
 void mrc_prepare_init(const struct mrc_prepare_params *p)
 {
     prm = *p;
+    long pg = sysconf(_SC_PAGESIZE);
+    page = pg > 0 ? (uint64_t)pg : 4096;
     if (prm.populate_threads < 1)
         prm.populate_threads = 1;
     if (prm.huge_min < MRC_HUGE_SIZE)
@@ -176,12 +182,13 @@ static int wants_huge(uint64_t len, struct mrc_range *r)
     return prm.huge_mode != MRC_HUGE_OFF && len >= prm.huge_min && mrc_range_ask(r, MRC_RANGE_HUGE_OK)->huge_ok;
 }
 
-MRC_HOT void mrc_prepare(uint64_t addr, uint64_t len, int writable, struct mrc_range *r)
+void mrc_prepare_touch_first(void)
 {
-    int huge = wants_huge(len, r);
-    int populate = prm.populate_min && len >= prm.populate_min && prm.populate_threads > 1;
-    if (!huge && !populate)
-        return;
+    __atomic_store_n(&touch_first, 1, __ATOMIC_RELAXED);
+}
+
+static void advise_and_populate(uint64_t addr, uint64_t len, int writable, int huge, int populate)
+{
     uint64_t t0 = mrc_now_ns();
     struct walk w = { .start = addr, .end = addr + len, .seen = addr, .huge = huge };
     w.lo = (addr + MRC_HUGE_SIZE - 1) & ~(MRC_HUGE_SIZE - 1);
@@ -207,4 +214,18 @@ MRC_HOT void mrc_prepare(uint64_t addr, uint64_t len, int writable, struct mrc_r
     mrc_stat_add(MRC_STAT_HUGE_COLLAPSED, w.collapsed);
     mrc_stat_add(MRC_STAT_COLLAPSE_FAILURES, w.refused);
     mrc_stat_add(MRC_STAT_PREPARE_NS, mrc_now_ns() - t0);
+}
+
+MRC_HOT void mrc_prepare(uint64_t addr, uint64_t len, int writable, struct mrc_range *r)
+{
+    int huge = wants_huge(len, r);
+    int populate = prm.populate_min && len >= prm.populate_min && prm.populate_threads > 1;
+    if (huge || populate)
+        advise_and_populate(addr, len, writable, huge, populate);
+    /* What the pin does to the first page next (a write fault), done before the watch
+     * and after the advice (a huge page then): the mapping gets its anon_vma while
+     * whole, so that the pieces a watch splits off share it and merge back when the
+     * watch goes. Refused (read-only memory, a kernel before 5.14): the pin finds out. */
+    if (writable && __atomic_load_n(&touch_first, __ATOMIC_RELAXED))
+        mrc_sys_madvise((void *)(uintptr_t)(addr & ~(page - 1)), page, MADV_POPULATE_WRITE);
 }

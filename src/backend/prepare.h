@@ -26,6 +26,13 @@ struct mrc_prepare_params {
 /* At start-up, before any registration. */
 void mrc_prepare_init(const struct mrc_prepare_params *p);
 
+/* From now on, a writable pin's first page is faulted in before the range is watched:
+ * a source that watches by splitting the mapping (the userfaultfd one) is on. A piece
+ * split off a private anonymous mapping never touched gets an anon_vma of its own at
+ * its first fault and can no longer merge with its neighbours, so each watch would
+ * leave a VMA behind. */
+void mrc_prepare_touch_first(void);
+
 /* Before the pin of [addr, addr + len), which r describes: writable, whether the NIC may
  * write (populated for writing, so that the pin breaks no copy-on-write itself). Huge
  * pages are advised only where r says they may be. */

@@ -57,6 +57,14 @@ void mrc_uffd_watch(uint64_t addr, uint64_t len);
  * source is off. */
 void mrc_uffd_unwatch(uint64_t addr, uint64_t len);
 
+/* A mapping call was refused with ENOMEM: whether the process is within a few VMAs of
+ * vm.max_map_count (counted now), which the watches' splits may be the cause of; else
+ * the refusal was about memory or unmapped addresses, and giving back watches would
+ * not help. And, when it was: the budget's estimate is counted again at the next watch
+ * (the program's own mappings are not in it). */
+int mrc_uffd_maps_full(void);
+void mrc_uffd_watch_recount(void);
+
 /* Whether the source is on, or configured and not yet started (it starts at the first
  * registration). */
 int mrc_uffd_on(void);

@@ -40,9 +40,10 @@ static unsigned norphans;
  * reach half of vm.max_map_count through our splits, never more, so that its own mmaps
  * never fail because of us. The estimate grows by two per registration and shrinks by
  * two per range given back; past the limit the maps are counted again, once per 1024
- * refusals. Plain numbers: touched only under mrc_uffd_lock, but at start (before the
- * descriptor is published, which anything else that touches them waits for) and in a
- * forked child. */
+ * refusals, and after the program ran short of mappings (it maps more than we count).
+ * Plain numbers: touched only under mrc_uffd_lock, but at start (before the descriptor
+ * is published, which anything else that touches them waits for) and in a forked
+ * child; map_limit is read anywhere (set before any watch). */
 static long map_limit;
 static long map_estimate;
 static unsigned long map_refusals;
@@ -213,6 +214,8 @@ void mrc_uffd_watch(uint64_t addr, uint64_t len)
             err = mrc_uffd_register_raw(u.fd, start & ~(HUGE_2M - 1), (end + HUGE_2M - 1) & ~(HUGE_2M - 1));
         if (err && err != ENOSPC)
             map_estimate -= 2;   /* nothing was split */
+        if (!err)
+            __atomic_add_fetch(&mrc_monitor.maps_held, 1, __ATOMIC_RELAXED);
         mrc_uffd_ranges_add(&ranges, start, end, err == 0);
     }
     pthread_mutex_unlock(&mrc_uffd_lock);
@@ -271,8 +274,26 @@ void mrc_uffd_watch_moved(uint64_t start, uint64_t end)
     pthread_mutex_unlock(&mrc_uffd_lock);
 }
 
+/* A mapping call needs at most this many more VMAs (an mremap of a piece between two). */
+#define MAPS_MARGIN 8
+
+int mrc_uffd_maps_full(void)
+{
+    long n = count_maps();
+    return n < 0 || n + MAPS_MARGIN >= 2 * map_limit;
+}
+
+void mrc_uffd_watch_recount(void)
+{
+    pthread_mutex_lock(&mrc_uffd_lock);
+    map_estimate = map_limit;   /* the next watch finds no room and counts */
+    map_refusals = 0;
+    pthread_mutex_unlock(&mrc_uffd_lock);
+}
+
 void mrc_uffd_watch_reset(void)
 {
+    __atomic_store_n(&mrc_monitor.maps_held, 0, __ATOMIC_RELAXED);
     mrc_uffd_ranges_reset(&ranges);
     norphans = 0;
     map_refusals = 0;

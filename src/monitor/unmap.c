@@ -1,6 +1,8 @@
 /* unmap.c - the munmap family and discarding advice: each call's range, whole pages of the
  * mappings it touches, published to the sink before the call and after it, and the
- * registry (maps.h) kept up to date with what each call maps and unmaps.
+ * registry (maps.h) kept up to date with what each call maps and unmaps; a call the kernel
+ * refuses for want of mappings while the userfaultfd source's watches hold VMAs is made
+ * again once the runtime gave them back (mrc_monitor.maps_short).
  * Invariants: with the sink unarmed and the registry empty a call is a load and a branch;
  * nothing allocates or deregisters; errno is the real call's; advice is default-deny. */
 #include <errno.h>
@@ -40,6 +42,28 @@ static inline void *take_next(void *dflt)
     return n;
 }
 #define NEXT(f) ((__typeof__(mrc_real.f))take_next((void *)mrc_real.f))
+
+int mrc_monitor_maps_again(void)
+{
+    if (errno != ENOMEM || !__atomic_load_n(&mrc_monitor.maps_held, __ATOMIC_RELAXED))
+        return 0;
+    int (*give_back)(void) = __atomic_load_n(&mrc_monitor.maps_short, __ATOMIC_ACQUIRE);
+    int saved = errno, again = give_back && give_back();
+    errno = saved;
+    return again;
+}
+
+/* NEXT(f)(args), made once more if it failed (returned bad) for want of mappings that
+ * our watches hold: the program must not run out of mappings sooner than without us.
+ * Both calls go to the same function. */
+#define NEXT_MAPPING(f, bad, ...)                                        \
+    ({                                                                   \
+        __typeof__(mrc_real.f) f_ = NEXT(f);                             \
+        __typeof__(f_(__VA_ARGS__)) r_ = f_(__VA_ARGS__);                \
+        if (r_ == (bad) && mrc_monitor_maps_again())                     \
+            r_ = f_(__VA_ARGS__);                                        \
+        r_;                                                              \
+    })
 
 void mrc_monitor_init(const struct mrc_inval_sink *sink, uint64_t page_size, int preload)
 {
@@ -133,13 +157,13 @@ int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len)
 {
     int watch = watching(src), keep = mrc_maps_any();
     if (!watch && !keep)
-        return NEXT(munmap)(addr, len);
+        return NEXT_MAPPING(munmap, -1, addr, len);
     uint64_t start, plen, gen = mrc_maps_gen();
     kernel_range(addr, len, 0, &start, &plen);
     struct unmap_op op = { .len = 0 };
     if (watch)
         op_begin_range(&op, start, plen, MRC_INVAL_MUNMAP);
-    int rc = NEXT(munmap)(addr, len);
+    int rc = NEXT_MAPPING(munmap, -1, addr, len);
     if (rc == 0 && keep)
         mrc_maps_clear(start, mrc_range_end(start, plen), gen, -1);
     if (watch)
@@ -153,7 +177,7 @@ void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
     int watch = (flags & MAP_FIXED) && watching(MRC_FN_MMAP);
     int keep = __atomic_load_n(&mrc_maps.on, __ATOMIC_RELAXED) && (mrc_mmap_special(flags) || mrc_maps_any());
     if (!watch && !keep)
-        return NEXT(mmap)(addr, len, prot, flags, fd, off);
+        return NEXT_MAPPING(mmap, MAP_FAILED, addr, len, prot, flags, fd, off);
     struct mrc_map_attr a;
     int special = keep && mrc_maps_describe(flags, fd, (uint64_t)off, &a);
     uint64_t psz = special && a.page_shift ? (uint64_t)1 << a.page_shift : mrc_monitor.page_size;
@@ -161,7 +185,7 @@ void *mrc_on_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off
     struct unmap_op op = { .len = 0 };
     if (watch)
         op_begin(&op, addr, len, psz, MRC_INVAL_MMAP_FIXED);
-    void *p = NEXT(mmap)(addr, len, prot, flags, fd, off);
+    void *p = NEXT_MAPPING(mmap, MAP_FAILED, addr, len, prot, flags, fd, off);
     /* Recorded before the second announcement: a registration after it sees the record. */
     if (p != MAP_FAILED && keep)
         mrc_maps_set((uintptr_t)p, mrc_range_end((uintptr_t)p, round_up(len, psz)), special ? &a : NULL, gen);
@@ -177,7 +201,7 @@ void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void
         step_aside(old, old_size, new_size, flags);
     int watch = watching(MRC_FN_MREMAP), keep = mrc_maps_any();
     if (!watch && !keep)
-        return NEXT(mremap)(old, old_size, new_size, flags, new_addr);
+        return NEXT_MAPPING(mremap, MAP_FAILED, old, old_size, new_size, flags, new_addr);
     /* The mapping moved keeps its page size and what it maps. */
     uint64_t rs = 0, re = 0;
     struct mrc_map_attr ra;
@@ -194,7 +218,7 @@ void *mrc_on_mremap(void *old, size_t old_size, size_t new_size, int flags, void
         op_begin(&a, (char *)old + nsz, osz - nsz, psz, MRC_INVAL_MREMAP);
     if (watch && (flags & MREMAP_FIXED))
         op_begin(&b, new_addr, nsz, psz, MRC_INVAL_MREMAP);
-    void *p = NEXT(mremap)(old, old_size, new_size, flags, new_addr);
+    void *p = NEXT_MAPPING(mremap, MAP_FAILED, old, old_size, new_size, flags, new_addr);
     if (p != MAP_FAILED && keep) {
         uint64_t o = (uintptr_t)old, n = (uintptr_t)p;
         if (n != o && old_size && !(flags & MREMAP_DONTUNMAP))
@@ -244,10 +268,10 @@ int mrc_on_madvise(void *addr, size_t len, int advice)
     if (__builtin_expect(advice == MADV_NOHUGEPAGE, 0))
         __atomic_store_n(&mrc_monitor.nohugepage, 1, __ATOMIC_RELAXED);
     if (advice_keeps_pages(advice) || !watching(MRC_FN_MADVISE))
-        return NEXT(madvise)(addr, len, advice);
+        return NEXT_MAPPING(madvise, -1, addr, len, advice);
     struct unmap_op op;
     op_begin(&op, addr, len, 0, MRC_INVAL_MADVISE);
-    int rc = NEXT(madvise)(addr, len, advice);
+    int rc = NEXT_MAPPING(madvise, -1, addr, len, advice);
     op_done(&op);
     return rc;
 }
@@ -312,7 +336,7 @@ void *mrc_on_shmat(int id, const void *addr, int flags)
     int watch = (flags & SHM_REMAP) && addr && watching(MRC_FN_SHMAT);
     int keep = __atomic_load_n(&mrc_maps.on, __ATOMIC_RELAXED);
     if (!watch && !keep)
-        return NEXT(shmat)(id, addr, flags);
+        return NEXT_MAPPING(shmat, (void *)-1, id, addr, flags);
     int saved = errno;
     struct shmid_ds ds;
     int stat_ok = shmctl(id, IPC_STAT, &ds) == 0;
@@ -324,7 +348,7 @@ void *mrc_on_shmat(int id, const void *addr, int flags)
     struct unmap_op op = { .len = 0 };
     if (watch && stat_ok)
         op_begin(&op, addr, ds.shm_segsz, psz, MRC_INVAL_SHM);
-    void *p = NEXT(shmat)(id, addr, flags);
+    void *p = NEXT_MAPPING(shmat, (void *)-1, id, addr, flags);
     if (p != (void *)-1 && keep) {
         uint64_t end = 0, sid = 0;
         uint32_t shift = 0;
@@ -388,10 +412,10 @@ int mrc_on_brk(void *addr)
 {
     char *cur;
     if (!watching(MRC_FN_BRK) || (cur = current_break()) == (void *)-1 || (char *)addr >= cur)
-        return NEXT(brk)(addr);
+        return NEXT_MAPPING(brk, -1, addr);
     struct unmap_op op;
     op_begin(&op, addr, (size_t)(cur - (char *)addr), 0, MRC_INVAL_BRK);
-    int rc = NEXT(brk)(addr);
+    int rc = NEXT_MAPPING(brk, -1, addr);
     op_done(&op);
     return rc;
 }

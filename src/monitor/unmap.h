@@ -43,6 +43,15 @@ struct mrc_monitor {
     /* Set once the program has asked for MADV_NOHUGEPAGE anywhere: a choice about huge
      * pages that libmrcache's own advice must not overrule. */
     uint32_t nohugepage;
+    /* The ranges the userfaultfd source has watched (UFFDIO_REGISTER calls that took):
+     * its watches split VMAs, which count against vm.max_map_count, so once there is one
+     * the mapping calls leave their fast path and look at their ENOMEM. Only grows, but
+     * in a forked child (which inherits no watch). */
+    uint32_t maps_held;
+    /* Set by the runtime: a mapping call was refused for want of memory or mappings
+     * while maps_held; gives back what holds VMAs and returns whether the call is worth
+     * making again. Any hook, any thread; errno is the caller's. */
+    int (*maps_short)(void);
 };
 
 extern struct mrc_monitor mrc_monitor;
@@ -60,6 +69,10 @@ static inline int mrc_monitor_busy(void)
 {
     return mrc_sink_armed(&mrc_monitor.sink) || mrc_maps_any();
 }
+
+/* After a mapping call that failed: whether to make it again (mrc_monitor.maps_short
+ * gave back VMAs of ours); errno is kept. */
+int mrc_monitor_maps_again(void);
 
 /* Whether an mmap with these flags may make a mapping the registry keeps: shared,
  * hugetlb or a file's. Tests the flags only (no load). */

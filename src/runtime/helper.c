@@ -2,8 +2,9 @@
  * and when it ends. It drains the deregistrations the unmap hooks deferred past
  * MRCACHE_MAX_DEFERRED (hooks may not deregister, and a program that unmaps registered
  * memory and then makes no verbs call would keep those pages pinned), refills the pools'
- * reserves (reserve.c), answers the live view (live.c) and makes the idle sweeps
- * (expire.c); each of those jobs is its own file's, this one only runs them.
+ * reserves (reserve.c), answers the live view (live.c), makes the idle sweeps
+ * (expire.c) and gives back idle registrations when the program runs short of mappings
+ * (unpin.c); each of those jobs is its own file's, this one only runs them.
  * Invariants: started outside any hook (at the first registration); woken with one futex
  * call (no allocation, no lock, errno kept), or with none while it polls: after a refill
  * it looks again every POLL_NS for a while (POLLS times without work), since a futex wake
@@ -28,6 +29,7 @@
 #include "runtime/live.h"
 #include "runtime/runtime.h"
 #include "runtime/state.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/stats.h"
 #include "util/sys.h"
@@ -39,6 +41,7 @@
 #define WAKE_DRAIN 1u
 #define WAKE_REFILL 2u
 #define WAKE_INUSE 4u
+#define WAKE_GIVE_BACK 8u
 
 #define POLL_NS 2000000      /* a chunk (512 entries) lasts at least 2 ms of misses */
 #define POLLS 50             /* then, 100 ms without work, back to sleeping until woken */
@@ -51,6 +54,10 @@ static uint32_t *wake_word = &own_word;   /* set before the thread starts */
 static int polling;          /* the thread looks at wake_word by itself: no wake needed */
 static int started;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Give-backs asked for, and the count asked when the last one made began: the word
+ * their waiters sleep on. */
+static uint32_t gb_asked, gb_done;
+static __thread int on_helper;
 
 /* The program's threads are all gone: the reserves go (nobody refills them now), and
  * so does this thread, after which glibc exits, here or on the last other helper. */
@@ -63,6 +70,7 @@ static void leave(void)
 static void *helper_main(void *arg)
 {
     (void)arg;
+    on_helper = 1;
     unsigned idle = POLLS;
     for (;;) {
         uint32_t w;
@@ -104,6 +112,13 @@ static void *helper_main(void *arg)
             mrc_rt_inuse_scan();
         if (w & MRC_LIVE_WAKE)
             mrc_live_serve();
+        if (w & WAKE_GIVE_BACK) {
+            /* Every give-back asked before the bit was taken is made by this one. */
+            uint32_t asked = __atomic_load_n(&gb_asked, __ATOMIC_ACQUIRE);
+            mrc_rt_unpin_for_maps();
+            __atomic_store_n(&gb_done, asked, __ATOMIC_RELEASE);
+            mrc_sys_futex(&gb_done, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL);
+        }
     }
     return NULL;
 }
@@ -156,6 +171,33 @@ void mrc_helper_refill(void *arg)
     wake(WAKE_REFILL);
 }
 
+int mrc_helper_give_back(uint64_t wait_ns)
+{
+    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || on_helper)
+        return 0;
+    int saved = errno;
+    uint32_t want = __atomic_load_n(&gb_asked, __ATOMIC_ACQUIRE);
+    if (want == __atomic_load_n(&gb_done, __ATOMIC_ACQUIRE)) {
+        want = __atomic_add_fetch(&gb_asked, 1, __ATOMIC_ACQ_REL);
+        wake(WAKE_GIVE_BACK);
+    }
+    uint64_t deadline = mrc_now_ns() + wait_ns;
+    for (uint32_t done; (int32_t)((done = __atomic_load_n(&gb_done, __ATOMIC_ACQUIRE)) - want) < 0;) {
+        uint64_t now = mrc_now_ns();
+        if (now >= deadline)
+            break;
+        struct timespec left = { (time_t)((deadline - now) / 1000000000u), (long)((deadline - now) % 1000000000u) };
+        mrc_sys_futex(&gb_done, FUTEX_WAIT_PRIVATE, done, &left);
+    }
+    errno = saved;
+    return 1;
+}
+
+int mrc_helper_giving_back(void)
+{
+    return __atomic_load_n(&gb_asked, __ATOMIC_ACQUIRE) != __atomic_load_n(&gb_done, __ATOMIC_ACQUIRE);
+}
+
 void mrc_helper_watch(void)
 {
     wake(0);   /* no work: it looks at the threads left, and keeps looking */
@@ -163,6 +205,7 @@ void mrc_helper_watch(void)
 
 void mrc_helper_forget(void)
 {
+    gb_asked = gb_done = 0;
     started = 0;
     wake_word = &own_word;
     own_word = 0;

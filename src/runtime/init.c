@@ -127,6 +127,8 @@ void mrc_rt_first_registration(void)
     pthread_once(&bypass_once, bypass_check);   /* before the source would start */
     mrc_helper_start();    /* cheap once started; a forked child starts its own */
     mrc_uffd_start();      /* the same; before any range is registered, so all are watched */
+    if (mrc_uffd_on())
+        mrc_prepare_touch_first();   /* its watches split mappings */
     mrc_rt_bind_verbs();   /* before any handle of ours exists; waits for another thread's */
     if (__atomic_load_n(&done, __ATOMIC_ACQUIRE))
         return;
@@ -216,6 +218,7 @@ static void sources_install(void)
     sink.source_lost = source_lost;
     mrc_rt.watch_unmaps = (cfg->monitor & MRC_MONITOR_PRELOAD) != 0;
     mrc_monitor_init(&sink, mrc_rt.cache.p.page_size, mrc_rt.watch_unmaps);
+    mrc_monitor.maps_short = mrc_rt_maps_short;
     /* The registry of special mappings, before patching (its self-test maps and unmaps). */
     mrc_maps_start(mrc_rt.cache.p.page_size, cfg->shared_policy == MRC_CFG_SHARED_CACHE, cfg->monitor != 0);
     mrc_rt.malloc_usable = mrc_rt.watch_unmaps && cfg->malloc_hooks && mrc_glibc_heap_init();

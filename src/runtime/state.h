@@ -84,6 +84,12 @@ void mrc_rt_warn_first_registration(void);
 /* MRCACHE_FORK's release of idle registrations before a fork (unpin.c). */
 void mrc_rt_unpin_before_fork(void);
 
+/* The program ran short of mappings (mrc_monitor.maps_short, unpin.c): the idle
+ * registrations go on the helper thread (mrc_rt_unpin_for_maps), their watches' VMAs
+ * with them; returns whether the refused call is worth making again. Any hook. */
+int mrc_rt_maps_short(void);
+void mrc_rt_unpin_for_maps(void);
+
 /* Maps the mark page and installs the atfork handlers. From init. */
 void mrc_rt_fork_init(void);
 

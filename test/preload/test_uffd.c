@@ -7,7 +7,8 @@
  * (memory the program already watches with its own userfaultfd, file-backed memory, a
  * kernel that refuses userfaultfd), faults answered, fork, threads, exit, a page two
  * registrations share, and the descriptor moved out of the way of the program's close.
- * Usage: test_uffd [paths|refused|exit|auto|budget]   (a hang is a failure: run under timeout) */
+ * Usage: test_uffd [paths|refused|exit|auto|budget|maplimit]   (a hang is a failure: run under
+ * timeout) */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -455,6 +456,109 @@ static void test_vma_budget(void)
     RAW_SYSCALL(SYS_munmap, p, 2 * n * pg);
 }
 
+/* Mappings through libc until the kernel refuses one (at most cap), one page each, their
+ * protections alternating so that none merges with the one before; kept in out. */
+static long fill_maps(void **out, long cap, int *err)
+{
+    long pg = sysconf(_SC_PAGESIZE), n = 0;
+    *err = 0;
+    while (n < cap) {
+        void *q = mmap(NULL, (size_t)pg, n % 2 ? PROT_READ : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (q == MAP_FAILED) {
+            *err = errno;
+            break;
+        }
+        out[n++] = q;
+    }
+    return n;
+}
+
+/* The watches over idle cached registrations split VMAs (a page watched inside a larger
+ * mapping makes three), and every VMA counts against vm.max_map_count. A program that
+ * fills its address space with mappings must get as many of its own as it would without
+ * the cache: when its mapping call is refused, what the cache holds idle goes and the
+ * call is made again. */
+static void test_maps_last_as_long(void)
+{
+    long limit = read_long("/proc/sys/vm/max_map_count");
+    long pg = sysconf(_SC_PAGESIZE), n = 4000;
+    if (limit <= 0 || limit > (1l << 20)) {
+        SKIP_TEST("vm.max_map_count is too large to fill here");
+        return;
+    }
+    const char *short_by = check_memlock_short((unsigned long long)(n * pg));
+    if (short_by) {
+        SKIP_TEST(short_by);
+        return;
+    }
+    /* Never touched, and between guard pages of another protection: it merges with no
+     * neighbour, whose anon_vma it would share. */
+    char *g = raw_mmap(NULL, (size_t)((2 * n + 2) * pg), 0), *p = g ? g + pg : NULL;
+    void **own = calloc((size_t)limit + 16, sizeof(*own));
+    CHECK(g != NULL && own != NULL);
+    if (!g || !own)
+        return;
+    CHECK(mprotect(g, (size_t)pg, PROT_NONE) == 0 && mprotect(p + 2 * n * pg, (size_t)pg, PROT_NONE) == 0);
+    /* The helper threads exist before the program's mappings are counted. */
+    struct ibv_mr *first = ibv_reg_mr(pd, p, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(first && ibv_dereg_mr(first) == 0);
+    long before = maps_now();
+    for (long i = 1; i < n; i++) {
+        struct ibv_mr *mr = ibv_reg_mr(pd, p + 2 * i * pg, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+        CHECKF(mr != NULL, "registration %ld: %s", i, strerror(errno));
+        if (!mr)
+            break;
+        ibv_dereg_mr(mr);
+    }
+    long split = maps_now() - before;
+    if (split < n) {
+        SKIP_TEST("the watches split no mapping");
+        RAW_SYSCALL(SYS_munmap, g, (2 * n + 2) * pg);
+        free(own);
+        return;
+    }
+    int err;
+    long got = fill_maps(own, limit + 16, &err);
+    /* Without the cache the program has `before` mappings less its share of the big
+     * one's pieces; a few more go to the library's own threads and records. */
+    CHECKF(got >= limit - before - 64, "%ld mappings of the program's own, %ld expected (%ld VMAs were the "
+           "cache's splits, %s)", got, limit - before, split, strerror(err));
+    CHECKF(err == ENOMEM, "the last mapping failed with %s", strerror(err));
+    for (long i = 0; i < got; i++)
+        RAW_SYSCALL(SYS_munmap, own[i], pg);
+    /* The cache goes on: a page registered again works. */
+    struct ibv_mr *again = ibv_reg_mr(pd, p + 2 * pg, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(again && write_visible(again, p + 2 * pg, (size_t)pg, 0x33));
+    CHECK(again && ibv_dereg_mr(again) == 0);
+    RAW_SYSCALL(SYS_munmap, g, (2 * n + 2) * pg);
+    free(own);
+}
+
+/* An ENOMEM that is not about mappings (mprotect and madvise over a hole say so too)
+ * gives nothing back: what is cached idle stays, and is hit again. */
+static void test_hole_keeps_cache(void)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    char *p = raw_mmap(NULL, (size_t)(3 * pg), 0);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    struct ibv_mr *mr = ibv_reg_mr(pd, p, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(mr && ibv_dereg_mr(mr) == 0);
+    RAW_SYSCALL(SYS_munmap, p + pg, pg);   /* the hole, where nothing maps until the end */
+    errno = 0;
+    CHECK(mprotect(p + pg, (size_t)pg, PROT_READ) == -1 && errno == ENOMEM);
+    errno = 0;
+    CHECK(madvise(p + pg, (size_t)pg, MADV_WILLNEED) == -1 && errno == ENOMEM);
+    uint64_t hits = stats().hits;
+    mr = ibv_reg_mr(pd, p, (size_t)pg, IBV_ACCESS_LOCAL_WRITE);
+    CHECKF(stats().hits == hits + 1, "the idle registration was given back for an ENOMEM over a hole");
+    CHECK(mr && write_visible(mr, p, (size_t)pg, 0x44));
+    CHECK(mr && ibv_dereg_mr(mr) == 0);
+    RAW_SYSCALL(SYS_munmap, p, pg);
+    RAW_SYSCALL(SYS_munmap, p + 2 * pg, pg);
+}
+
 /* MRCACHE_MONITOR=auto: the userfaultfd joins exactly when patching falls short
  * (EXPECT_UFFD, from the caller, who knows whether libc can be patched here). */
 static void test_auto_rule(void)
@@ -485,6 +589,12 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "budget")) {
         new_pd();
         RUN(test_vma_budget);
+        CHECK_EXIT();
+    }
+    if (!strcmp(mode, "maplimit")) {
+        new_pd();
+        RUN(test_hole_keeps_cache);
+        RUN(test_maps_last_as_long);
         CHECK_EXIT();
     }
     if (!strcmp(mode, "auto")) {
