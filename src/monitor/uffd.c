@@ -96,15 +96,19 @@ int mrc_uffd_fd_ours(int f)
  * stop first and the step goes last. */
 static void set_state(int s)
 {
-    if (s == MRC_UFFD_ON)
+    if (s == MRC_UFFD_ON) {
         __atomic_store_n(&mrc_monitor.before_mremap, mrc_uffd_before_mremap, __ATOMIC_RELEASE);
-    else
+        __atomic_store_n(&mrc_monitor.before_munmap, mrc_uffd_before_munmap, __ATOMIC_RELEASE);
+    } else {
         __atomic_store_n(&mrc_uffd_watching, 0, __ATOMIC_RELEASE);
+    }
     __atomic_store_n(&mrc_uffd_state, s, __ATOMIC_RELEASE);
     if (s == MRC_UFFD_ON)
         __atomic_store_n(&mrc_uffd_watching, 1, __ATOMIC_RELEASE);
-    else
+    else {
         __atomic_store_n(&mrc_monitor.before_mremap, NULL, __ATOMIC_RELEASE);
+        __atomic_store_n(&mrc_monitor.before_munmap, NULL, __ATOMIC_RELEASE);
+    }
 }
 
 static int others_watch(void)

@@ -51,5 +51,7 @@ void mrc_uffd_watch_reset(void);
 
 /* The mremap step (mrc_monitor.before_mremap while the source is on). */
 void mrc_uffd_before_mremap(void *old, size_t old_size, size_t new_size, int flags);
+/* The munmap step (mrc_monitor.before_munmap while the source is on). */
+void mrc_uffd_before_munmap(uint64_t start, uint64_t len);
 
 #endif

@@ -2,11 +2,12 @@
  * registration's pages from its watch to its unwatch, counted per page (uffd_ranges), so
  * that pages leave when the last registration needing them goes (their VMAs merge); and
  * stepping aside where the program needs memory unwatched (an mremap moving or growing
- * it, its own UFFDIO_REGISTER). Invariants: every UFFDIO_(UN)REGISTER and count change is
- * made under mrc_uffd_lock; UFFDIO_UNREGISTER (the address space's write lock) runs only
- * at a deregistration or just before the program's mremap or UFFDIO_REGISTER, which take
- * that lock themselves, never in an unmap hook; a refused watch is counted too (as not
- * registered), so that every watch and its unwatch match. */
+ * it, its own UFFDIO_REGISTER), and out of the way of a munmap the other sources saw.
+ * Invariants: every UFFDIO_(UN)REGISTER and count change is made under mrc_uffd_lock;
+ * UFFDIO_UNREGISTER (the address space's write lock) runs only at a deregistration or
+ * just before the program's mremap, munmap or UFFDIO_REGISTER, which take that lock
+ * themselves, and in a munmap hook only with mrc_uffd_lock free; a refused watch is
+ * counted too (as not registered), so that every watch and its unwatch match. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
@@ -334,6 +335,28 @@ void mrc_uffd_before_mremap(void *old, size_t old_size, size_t new_size, int fla
      * whose pages are no longer watched. */
     if (needed)
         mrc_sink_changed(&mrc_monitor.sink, start, end - start, MRC_INVAL_MREMAP);
+    errno = saved;
+}
+
+/* A munmap the other sources have seen (their invalidation is published): nothing
+ * cached over the range is handed out again, so the watch has nothing left to report
+ * there, and reporting it would cost the caller a wait in the kernel for the handler's
+ * read, two cross-CPU wake-ups (make uffd-bench). UFFDIO_UNREGISTER takes the address
+ * space's write lock, which the munmap takes right after anyway; our lock only if free
+ * (a watch may hold it while the kernel makes it wait): else the event reports it, as
+ * it would any unmap. */
+void mrc_uffd_before_munmap(uint64_t addr, uint64_t len)
+{
+    uint64_t start, end;
+    if (!page_span(addr, len, &start, &end) || pthread_mutex_trylock(&mrc_uffd_lock) != 0)
+        return;
+    int saved = errno;
+    if (norphans || mrc_uffd_ranges_used(&ranges, start, end)) {
+        struct unreg u = { current_fd(), UNREG_TRIES };
+        if (u.fd >= 0)
+            step_aside(&u, start, end);
+    }
+    pthread_mutex_unlock(&mrc_uffd_lock);
     errno = saved;
 }
 

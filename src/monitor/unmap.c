@@ -161,8 +161,12 @@ int mrc_on_munmap_from(enum mrc_fn src, void *addr, size_t len)
     uint64_t start, plen, gen = mrc_maps_gen();
     kernel_range(addr, len, 0, &start, &plen);
     struct unmap_op op = { .len = 0 };
-    if (watch)
+    if (watch) {
         op_begin_range(&op, start, plen, MRC_INVAL_MUNMAP);
+        void (*aside)(uint64_t, uint64_t) = __atomic_load_n(&mrc_monitor.before_munmap, __ATOMIC_ACQUIRE);
+        if (aside)
+            aside(start, plen);
+    }
     int rc = NEXT_MAPPING(munmap, -1, addr, len);
     if (rc == 0 && keep)
         mrc_maps_clear(start, mrc_range_end(start, plen), gen, -1);

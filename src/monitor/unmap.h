@@ -40,6 +40,10 @@ struct mrc_monitor {
      * the other sources, since a watched part of the range makes a move or a growth
      * fail (EFAULT) and a move would take the watch along. */
     void (*before_mremap)(void *old, size_t old_size, size_t new_size, int flags);
+    /* Set while the userfaultfd source watches: called by a munmap hook once the other
+     * sources have published the range, before the call, so that the kernel has no
+     * event to report about it and the caller does not wait for the handler. */
+    void (*before_munmap)(uint64_t start, uint64_t len);
     /* Set once the program has asked for MADV_NOHUGEPAGE anywhere: a choice about huge
      * pages that libmrcache's own advice must not overrule. */
     uint32_t nohugepage;

@@ -315,6 +315,39 @@ static void test_threads_unmapping_at_once(void)
     }
 }
 
+/* A munmap a hook sees (libc's, with the patch or preload source on) is published by the
+ * hook, and the watch leaves the range first: the kernel then has no event for it, so
+ * the caller never waits for the handler thread. */
+static void test_seen_munmap_makes_no_event(void)
+{
+    if (!uffd_on()) {
+        SKIP_TEST("the userfaultfd source is off");
+        return;
+    }
+    char *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *q = raw_mmap(NULL, LEN, 0);
+    CHECK(p != MAP_FAILED && q != NULL);
+    if (p == MAP_FAILED || !q)
+        return;
+    memset(p, 1, LEN);
+    struct ibv_mr *mr = ibv_reg_mr(pd, p, LEN, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(mr && ibv_dereg_mr(mr) == 0);
+    struct mrcache_stats s0 = stats();
+    CHECK(munmap(p, LEN) == 0);
+    /* A registration waits until the handler has published what it read. */
+    mr = ibv_reg_mr(pd, q, LEN, IBV_ACCESS_LOCAL_WRITE);
+    CHECK(mr && ibv_dereg_mr(mr) == 0);
+    struct mrcache_stats s1 = stats();
+    if (s1.uffd_caught > s0.uffd_caught) {
+        SKIP_TEST("no hook sees libc's munmap here: the userfaultfd source alone saw it");
+    } else {
+        CHECK(s1.invalidations > s0.invalidations);
+        CHECKF(s1.uffd_events == s0.uffd_events, "%llu events for a munmap a hook had seen",
+               (unsigned long long)(s1.uffd_events - s0.uffd_events));
+    }
+    RAW_SYSCALL(SYS_munmap, q, LEN);
+}
+
 /* A forked child: its address space is not watched by the parent's userfaultfd (the
  * registrations are not inherited), so it starts its own. */
 static void child_watches(void)
@@ -615,6 +648,7 @@ int main(int argc, char **argv)
     if (expect_stale)
         CHECK_EXIT();
     RUN(test_threads_unmapping_at_once);
+    RUN(test_seen_munmap_makes_no_event);
     RUN(test_shared_page_stays_watched);
     RUN(test_program_owns_a_userfaultfd);
     RUN(test_file_backed_unwatched);
