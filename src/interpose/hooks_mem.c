@@ -49,12 +49,15 @@ MRC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
 {
     void *(*real)(void *, size_t, int, int, int, off_t) = __atomic_load_n(&mrc_real.mmap, __ATOMIC_RELAXED);
     /* What mrc_on_mmap would pass straight on: no record to keep, nothing replaced
-     * under a registration (only MAP_FIXED replaces), no watch of ours holding VMAs (a
-     * refusal for want of them is made again there). */
+     * under a registration (only MAP_FIXED replaces). A refusal for want of the VMAs our
+     * watches hold is made again, as there. */
     if (__builtin_expect(real && !mrc_mmap_special(flags) && !mrc_maps_any() &&
-                             (!(flags & MAP_FIXED) || !mrc_sink_armed(&mrc_monitor.sink)) &&
-                             !__atomic_load_n(&mrc_monitor.maps_held, __ATOMIC_RELAXED), 1))
-        return real(addr, len, prot, flags, fd, off);
+                             (!(flags & MAP_FIXED) || !mrc_sink_armed(&mrc_monitor.sink)), 1)) {
+        void *p = real(addr, len, prot, flags, fd, off);
+        if (__builtin_expect(p == MAP_FAILED, 0) && mrc_monitor_maps_again())
+            p = real(addr, len, prot, flags, fd, off);
+        return p;
+    }
     return mmap_watched(addr, len, prot, flags, fd, off);
 }
 

@@ -49,8 +49,8 @@ struct mrc_monitor {
     uint32_t nohugepage;
     /* The ranges the userfaultfd source has watched (UFFDIO_REGISTER calls that took):
      * its watches split VMAs, which count against vm.max_map_count, so once there is one
-     * the mapping calls leave their fast path and look at their ENOMEM. Only grows, but
-     * in a forked child (which inherits no watch). */
+     * a mapping call's ENOMEM is looked at. Only grows, but in a forked child (which
+     * inherits no watch). */
     uint32_t maps_held;
     /* Set by the runtime: a mapping call was refused for want of memory or mappings
      * while maps_held; gives back what holds VMAs and returns whether the call is worth
